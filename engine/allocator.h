@@ -1,0 +1,29 @@
+// Memory: a 64-byte-aligned host allocator and a per-device CUDA caching allocator (stream-ordered reuse: a freed
+// block is reused by later allocations on the same stream without synchronisation). Both report current and peak
+// bytes. Out of memory is a te::Error naming the requested and free bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/device.h"
+#include "engine/stream.h"
+
+namespace te {
+
+struct MemoryStats {
+  int64_t current_bytes = 0;  // handed out to tensors now
+  int64_t peak_bytes = 0;     // max of current_bytes since the last reset
+  int64_t cached_bytes = 0;   // held by the cache, free for reuse (CUDA only)
+  int64_t alloc_calls = 0;    // requests served
+  int64_t device_allocs = 0;  // requests that reached cudaMalloc / the system allocator
+};
+
+// Allocate `bytes` on `device`; for CUDA the block belongs to `stream` for reuse.
+void* device_allocate(Device device, size_t bytes, const Stream& stream);
+void device_free(Device device, void* ptr, size_t bytes, const Stream& stream);
+MemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
+// Returns cached CUDA blocks to the driver.
+void empty_cache(Device device);
+
+}  // namespace te

@@ -1,0 +1,57 @@
+#include "engine/log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace te {
+namespace {
+LogLevel level_from_env() {
+  const char* v = std::getenv("TEENGINE_LOG");
+  if (!v) return LogLevel::warn;
+  if (!std::strcmp(v, "error")) return LogLevel::error;
+  if (!std::strcmp(v, "info")) return LogLevel::info;
+  if (!std::strcmp(v, "debug")) return LogLevel::debug;
+  return LogLevel::warn;
+}
+std::atomic<int>& level_ref() {
+  static std::atomic<int> level{static_cast<int>(level_from_env())};
+  return level;
+}
+std::mutex sink_mutex;
+LogSink& sink_ref() {
+  static LogSink sink;
+  return sink;
+}
+const char* level_name(LogLevel l) {
+  switch (l) {
+    case LogLevel::error: return "error";
+    case LogLevel::warn: return "warn";
+    case LogLevel::info: return "info";
+    case LogLevel::debug: return "debug";
+  }
+  return "?";
+}
+}  // namespace
+
+LogLevel log_level() { return static_cast<LogLevel>(level_ref().load()); }
+void set_log_level(LogLevel level) { level_ref() = static_cast<int>(level); }
+bool log_enabled(LogLevel level) { return static_cast<int>(level) <= level_ref().load(); }
+
+void log_message(LogLevel level, const std::string& message) {
+  std::lock_guard<std::mutex> lock(sink_mutex);
+  if (sink_ref()) {
+    sink_ref()(level, message);
+    return;
+  }
+  std::fprintf(stderr, "[teengine %s] %s\n", level_name(level), message.c_str());
+}
+
+LogSink set_log_sink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(sink_mutex);
+  LogSink old = std::move(sink_ref());
+  sink_ref() = std::move(sink);
+  return old;
+}
+}  // namespace te

@@ -1,0 +1,39 @@
+// Thin wrappers over CUDA streams and events. On the CPU both are ordered no-ops (work runs inline, in order).
+// The scheduler in graph/ owns them; every launcher takes its stream as the last argument.
+#pragma once
+#include <memory>
+
+#include "engine/device.h"
+
+namespace te {
+
+class Stream {
+ public:
+  Stream() = default;  // CPU, or the CUDA legacy default stream when used with a CUDA device
+  static Stream create(Device device);  // a new non-blocking CUDA stream (or a CPU stream)
+  Device device() const { return device_; }
+  void* handle() const { return handle_.get(); }  // cudaStream_t, nullptr for CPU/default
+  void synchronize() const;
+
+ private:
+  Device device_;
+  std::shared_ptr<void> handle_;
+};
+
+class Event {
+ public:
+  Event() = default;
+  static Event create(Device device, bool timing = false);
+  void record(const Stream& stream);
+  void wait(const Stream& stream) const;  // `stream` waits for this event
+  void synchronize() const;
+  bool query() const;  // true when complete
+  float elapsed_ms(const Event& end) const;  // needs timing = true on both
+  void* handle() const { return handle_.get(); }
+
+ private:
+  Device device_;
+  std::shared_ptr<void> handle_;
+};
+
+}  // namespace te

@@ -1,0 +1,34 @@
+#include <gtest/gtest.h>
+
+#include "engine/device.h"
+#include "engine/error.h"
+
+namespace te {
+namespace {
+
+TEST(Device, AutoFallsBackToCpuWithoutGpu) {
+  Device d = parse_device("auto");
+  if (cuda_device_count() == 0) {
+    EXPECT_TRUE(d.is_cpu());
+    EXPECT_NE(no_gpu_reason().find("no GPU"), std::string::npos);
+    EXPECT_THROW(parse_device("cuda:0"), InputError);
+  } else {
+    EXPECT_EQ(d, Device::cuda(0));
+    EXPECT_TRUE(no_gpu_reason().empty());
+  }
+  EXPECT_EQ(parse_device("cpu"), Device::cpu());
+  EXPECT_THROW(parse_device("tpu"), InputError);
+  EXPECT_THROW(parse_device("cuda:x"), InputError);
+  EXPECT_THROW(parse_device("cuda:99"), InputError);
+}
+
+TEST(Device, GpuInfoOnHopper) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << no_gpu_reason();
+  auto gpus = gpu_infos();
+  ASSERT_FALSE(gpus.empty());
+  EXPECT_GE(gpus[0].cc_major, 7);
+  EXPECT_GT(gpus[0].total_bytes, 0);
+}
+
+}  // namespace
+}  // namespace te

@@ -1,0 +1,137 @@
+// Tensor views, contiguous(), host/device copies, seeded init and allocator accounting.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/gpu.h"
+#include "engine/allocator.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+namespace te {
+namespace {
+
+std::vector<float> iota(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0.f);
+  return v;
+}
+
+TEST(Tensor, ViewsShareStorageAndIndexCorrectly) {
+  Tensor t = Tensor::from_f32(iota(5 * 7), {5, 7}, DType::f32);
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_EQ(tr.shape(), (Shape{7, 5}));
+  EXPECT_FALSE(tr.is_contiguous());
+  EXPECT_EQ(tr.storage(), t.storage());
+  auto v = tr.contiguous().to_f32_vector();
+  for (int i = 0; i < 7; ++i)
+    for (int j = 0; j < 5; ++j) ASSERT_EQ(v[i * 5 + j], j * 7 + i);
+  Tensor s = t.slice(1, 1, 7, 2);  // columns 1, 3, 5
+  EXPECT_EQ(s.shape(), (Shape{5, 3}));
+  auto sv = s.to_f32_vector();
+  EXPECT_EQ(sv[0], 1.f);
+  EXPECT_EQ(sv[4], 7 + 3.f);
+  Tensor n = t.narrow(0, 2, 2);
+  EXPECT_TRUE(n.is_contiguous());
+  EXPECT_EQ(n.to_f32_vector()[0], 14.f);
+  EXPECT_EQ(t.reshape({7, -1}).shape(), (Shape{7, 5}));
+  EXPECT_THROW(tr.reshape({35}), Error);
+  EXPECT_THROW(t.slice(0, 3, 9), Error);
+  EXPECT_THROW(t.size(2), Error);
+}
+
+TEST(Tensor, OddShapesAndStridesContiguous) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::fp8_e4m3}) {
+    Tensor t = Tensor::empty({3, 5, 7}, dt);
+    t.fill_uniform(11, -4.f, 4.f);
+    Tensor v = t.transpose(0, 2).slice(1, 1, 5, 3);  // [7, 2, 3]
+    Tensor c = v.contiguous();
+    ASSERT_TRUE(c.is_contiguous());
+    auto full = t.to_f32_vector(), got = c.to_f32_vector();
+    int k = 0;
+    for (int i = 0; i < 7; ++i)
+      for (int j = 1; j < 5; j += 3)
+        for (int l = 0; l < 3; ++l) ASSERT_EQ(got[k++], full[l * 35 + j * 7 + i]) << dtype_name(dt);
+  }
+}
+
+TEST(Tensor, FillConvertsAndRandomIsSeeded) {
+  Tensor a = Tensor::empty({100}, DType::bf16), b = Tensor::empty({100}, DType::bf16);
+  a.fill_normal(42);
+  b.fill_normal(42);
+  EXPECT_EQ(a.to_f32_vector(), b.to_f32_vector());
+  b.fill_normal(43);
+  EXPECT_NE(a.to_f32_vector(), b.to_f32_vector());
+  Tensor big = Tensor::empty({20000}, DType::f32);
+  big.fill_normal(1);
+  auto v = big.to_f32_vector();
+  double mean = 0, var = 0;
+  for (float x : v) mean += x;
+  mean /= v.size();
+  for (float x : v) var += (x - mean) * (x - mean);
+  var /= v.size();
+  EXPECT_NEAR(mean, 0.0, 0.03);
+  EXPECT_NEAR(var, 1.0, 0.05);
+  Tensor f = Tensor::empty({4}, DType::fp8_e4m3);
+  f.fill(1000.0);  // saturates
+  EXPECT_EQ(f.to_f32_vector()[3], 448.f);
+}
+
+TEST(Tensor, HostAllocatorAlignedAndCounted) {
+  MemoryStats before = memory_stats(Device::cpu());
+  {
+    Tensor t = Tensor::empty({1000}, DType::f32);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u);
+    MemoryStats during = memory_stats(Device::cpu());
+    EXPECT_EQ(during.current_bytes - before.current_bytes, 4000);
+    EXPECT_GE(during.peak_bytes, during.current_bytes);
+  }
+  EXPECT_EQ(memory_stats(Device::cpu()).current_bytes, before.current_bytes);
+}
+
+TEST(TensorGpu, CopiesRoundTripAndMatchHostInit) {
+  TE_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::fp8_e4m3, DType::fp8_e5m2, DType::fp4_e2m1}) {
+    Tensor h = Tensor::empty({37, 64}, dt);
+    h.fill_normal(5, 0.f, 2.f);
+    Tensor d = Tensor::empty({37, 64}, dt, Device::cuda(0));
+    d.fill_normal(5, 0.f, 2.f);
+    EXPECT_EQ(d.to_f32_vector(), h.to_f32_vector()) << "seeded init differs on CUDA for " << dtype_name(dt);
+    EXPECT_EQ(h.to(Device::cuda(0)).to(Device::cpu()).to_f32_vector(), h.to_f32_vector());
+  }
+  Tensor h = Tensor::from_f32(iota(6 * 10), {6, 10}, DType::bf16);
+  Tensor d = h.to(Device::cuda(0));
+  EXPECT_EQ(d.transpose(0, 1).contiguous().to_f32_vector(), h.transpose(0, 1).contiguous().to_f32_vector());
+  Tensor u = Tensor::empty({1000}, DType::f32, Device::cuda(0));
+  u.fill_uniform(9, -1.f, 1.f);
+  Tensor uh = Tensor::empty({1000}, DType::f32);
+  uh.fill_uniform(9, -1.f, 1.f);
+  EXPECT_EQ(u.to_f32_vector(), uh.to_f32_vector());
+}
+
+TEST(TensorGpu, CachingAllocatorReusesAndCountsPeak) {
+  TE_REQUIRE_GPU();
+  Device dev = Device::cuda(0);
+  reset_peak_memory(dev);
+  MemoryStats s0 = memory_stats(dev);
+  void* first;
+  {
+    Tensor a = Tensor::empty({1 << 20}, DType::f32, dev);
+    first = a.data_ptr();
+  }
+  Tensor b = Tensor::empty({1 << 20}, DType::f32, dev);
+  EXPECT_EQ(b.data_ptr(), first) << "a freed block of the same size on the same stream is reused";
+  MemoryStats s1 = memory_stats(dev);
+  EXPECT_EQ(s1.device_allocs - s0.device_allocs, 1);
+  EXPECT_GE(s1.peak_bytes, 4 << 20);
+  try {
+    Tensor huge = Tensor::empty({int64_t(1) << 40}, DType::f32, dev);
+    FAIL() << "4 TiB allocation succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("requested 4398046511104 bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("free"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace te

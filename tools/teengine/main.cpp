@@ -1,0 +1,41 @@
+// teengine: the command line. Maps te::InputError to exit 2, other te::Error to exit 1, usage errors to exit 2.
+#include <cstdio>
+#include <vector>
+
+#include "engine/error.h"
+#include "te_config.h"
+#include "tools/teengine/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"teengine — transformer blocks with tensor/sequence parallelism and low-precision recipes"};
+  app.set_version_flag("--version", std::string("teengine ") + TE_VERSION);
+  app.require_subcommand(1);
+  const std::vector<te::cli::Command> commands = {
+      te::cli::add_info_command(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    std::fprintf(stderr, "\n%s", app.help().c_str());
+    return 2;
+  }
+  try {
+    for (const auto& c : commands)
+      if (c.sub->parsed()) return c.run();
+  } catch (const te::InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const te::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
