@@ -1,0 +1,38 @@
+// A quantized tensor: one bundle of the row-wise and/or column-wise copies, their scale_inv and (where the
+// format has one) the amax. Layouts are exactly shared/NUMERICS.md §3; every padding byte is zero.
+// M = product of the leading dims of `shape`, K = last dim.
+#pragma once
+#include "engine/tensor.h"
+#include "ops/quant/format.h"
+
+namespace te {
+
+struct QuantizedTensor {
+  QuantFormat format = QuantFormat::fp8_per_tensor;
+  Shape shape;                         // logical shape of the high-precision tensor
+  DType original_dtype = DType::bf16;  // what dequantize() returns by default, and what a fallback gather moves
+  DType data_dtype = DType::fp8_e4m3;  // fp8_e4m3 | fp8_e5m2 | fp4_e2m1
+
+  // Row-wise copy: data [M, K] (fp4: packed, [M, ceil(K/2)] bytes viewed as fp4 [M, 2*ceil(K/2)]),
+  // scale_inv per §3. Undefined tensors when the usage is absent.
+  Tensor rowwise_data, rowwise_scale_inv;
+  // Column-wise copy: data [K, M] (MXFP8: [M, K]), scale_inv per §3.
+  Tensor columnwise_data, columnwise_scale_inv;
+  // fp32 [1]: per-tensor amax (fp8 per-tensor) or the NVFP4 global amax of each copy (the column-wise copy's amax
+  // is taken after the Hadamard transform when RHT is on). Undefined where the format has none.
+  Tensor rowwise_amax, columnwise_amax;
+
+  int64_t rows() const;  // M
+  int64_t cols() const;  // K
+  Usage usages() const;
+  bool has(Usage u) const { return has_usage(usages(), u); }
+  Device device() const;
+  // Bytes of data + scales (+ amax) of the usages present: what a gather of this tensor writes.
+  int64_t nbytes() const;
+  // Exact dequantization to `dtype` (default: the original dtype) from the row-wise copy when present, else
+  // from the column-wise copy (returned in [M, K] orientation; RHT undone).
+  Tensor dequantize(std::optional<DType> dtype = std::nullopt, const Stream& stream = Stream()) const;
+  Tensor dequantize_usage(Usage from, std::optional<DType> dtype = std::nullopt, const Stream& stream = Stream()) const;
+};
+
+}  // namespace te

@@ -1,0 +1,66 @@
+// Quantizer = format + parameters + usages. It answers can_gather_quantized(local_shape, usages) per
+// shared/NUMERICS.md §4 and turns high-precision tensors (any shape, any strides, f32/bf16/f16) into
+// QuantizedTensors, producing every requested usage in one pass. CPU reference and CUDA kernels are reached
+// through one dispatch table keyed by (format, device).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "engine/tensor.h"
+#include "ops/quant/quantized_tensor.h"
+
+namespace te {
+
+enum class ScalingKind : uint8_t { none, delayed, current };  // how per-tensor fp8 picks its scale
+enum class AmaxAlgo : uint8_t { max, most_recent };
+
+struct QuantizerConfig {
+  QuantFormat format = QuantFormat::fp8_block_1d;
+  DType data_dtype = DType::fp8_e4m3;          // E4M3, or E5M2 (gradients under hybrid / MXFP8 grads)
+  ScalingKind scaling = ScalingKind::current;  // fp8_per_tensor only
+  bool pow2_scales = false;                    // block formats default true (set by the recipe)
+  float eps = 0.f;
+  // delayed scaling
+  int amax_history_len = 1024;
+  AmaxAlgo amax_algo = AmaxAlgo::max;
+  int margin = 0;
+  // NVFP4
+  bool random_hadamard = false;      // RHT on the column-wise copy
+  bool stochastic_rounding = false;  // counter-based Philox, seeded below
+  uint64_t seed = 0;
+};
+
+// Reduces an fp32 amax tensor in place across a group (MAX), e.g. an all-reduce; set by comm/ around a gather.
+using AmaxReducer = std::function<void(Tensor& amax, const Stream& stream)>;
+
+class Quantizer {
+ public:
+  Quantizer(QuantizerConfig config, Usage usages);
+  const QuantizerConfig& config() const { return config_; }
+  Usage usages() const { return usages_; }
+  void set_usages(Usage u) { usages_ = u; }
+
+  // §4: can a local shard of this shape, quantized on its own rank, be gathered along dim 0 and equal quantizing
+  // the gathered tensor? Row-wise 1D: always. Column-wise or 2D: local M a multiple of the block. Per-tensor: yes.
+  bool can_gather_quantized(const Shape& local_shape, Usage usages) const;
+
+  // Quantize `x` for usages(). Per-tensor current scaling and NVFP4 compute amax first, pass it through `reduce`
+  // (when given) so every rank uses one scale, then cast. Delayed scaling uses the stored scale and folds max|x|
+  // into the step amax.
+  QuantizedTensor quantize(const Tensor& x, const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+
+  // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
+  // history and recompute the scale (shared/NUMERICS.md §2). No-op for other scalings.
+  void update_scale_after_step(const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+  // Delayed-scaling state (fp32 [1] scale, fp32 [history_len] history) on the quantizer's device.
+  const Tensor& scale() const { return scale_; }
+  const Tensor& amax_history() const { return amax_history_; }
+
+ private:
+  QuantizerConfig config_;
+  Usage usages_;
+  Tensor scale_, amax_history_, step_amax_;
+  int64_t history_pos_ = 0;
+};
+
+}  // namespace te
