@@ -10,8 +10,13 @@ int main(int argc, char** argv) {
   CLI::App app{"teengine — transformer blocks with tensor/sequence parallelism and low-precision recipes"};
   app.set_version_flag("--version", std::string("teengine ") + TE_VERSION);
   app.require_subcommand(1);
+  CLI::App* bench = app.add_subcommand("bench", "Validate, then time, one configuration (JSON with --json)");
+  bench->require_subcommand(1);
   const std::vector<te::cli::Command> commands = {
-      te::cli::add_info_command(app),
+      te::cli::add_info_command(app),   te::cli::add_run_command(app),    te::cli::add_inspect_command(app),
+      te::cli::add_launch_command(app), te::cli::add_bench_quant(*bench), te::cli::add_bench_gemm(*bench),
+      te::cli::add_bench_norm(*bench),  te::cli::add_bench_act(*bench),   te::cli::add_bench_comm(*bench),
+      te::cli::add_bench_block(*bench),
   };
   try {
     app.parse(argc, argv);

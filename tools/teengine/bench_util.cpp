@@ -1,0 +1,56 @@
+#include "tools/teengine/bench_util.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "engine/tensor.h"
+
+namespace te::bench {
+
+Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) fn();
+  stream.synchronize();
+  std::vector<double> ms;
+  const bool gpu = stream.device().is_cuda();
+  Event start = Event::create(stream.device(), true), stop = Event::create(stream.device(), true);
+  for (int i = 0; i < repeats; ++i) {
+    if (gpu) {
+      start.record(stream);
+      fn();
+      stop.record(stream);
+      stop.synchronize();
+      ms.push_back(start.elapsed_ms(stop));
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      fn();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.repeats = repeats;
+  t.median_ms = ms[ms.size() / 2];
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  return t;
+}
+
+double copy_bandwidth_gbs(const Stream& stream, int64_t bytes) {
+  Device d = stream.device();
+  if (d.is_cpu()) bytes = std::min<int64_t>(bytes, int64_t(64) << 20);
+  Tensor a = Tensor::empty({bytes}, DType::u8, d, stream), b = Tensor::empty({bytes}, DType::u8, d, stream);
+  a.fill(1.0, stream);
+  Timing t = time_it([&] { b.copy_from(a, stream); }, stream, 3, 20);
+  return 2.0 * static_cast<double>(bytes) / (t.median_ms * 1e-3) / 1e9;
+}
+
+void print_report(const nlohmann::json& report, bool as_json) {
+  if (as_json) {
+    std::printf("%s\n", report.dump(2).c_str());
+    return;
+  }
+  for (auto it = report.begin(); it != report.end(); ++it) std::printf("%s: %s\n", it.key().c_str(), it.value().dump().c_str());
+}
+
+}  // namespace te::bench

@@ -1,0 +1,26 @@
+// Shared benchmark plumbing: validate first, then time with device events (median of repeats), then report.
+#pragma once
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/stream.h"
+
+namespace te::bench {
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int repeats = 0;
+};
+
+// Runs `fn` `warmup` times, then `repeats` times, each timed with events on `stream` (host clock on the CPU).
+Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup = 5, int repeats = 30);
+
+// Device-to-device copy bandwidth (bytes read + written per second) measured now on `stream`'s device.
+double copy_bandwidth_gbs(const Stream& stream, int64_t bytes = int64_t(1) << 30);
+
+// Prints `report` as JSON (--json) or as "key: value" lines.
+void print_report(const nlohmann::json& report, bool as_json);
+
+}  // namespace te::bench
