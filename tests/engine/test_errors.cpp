@@ -1,6 +1,7 @@
 // Errors carry what, where and what to do; logging honours levels and log-once.
 #include <gtest/gtest.h>
 
+#include "engine/device.h"
 #include "engine/error.h"
 #include "engine/log.h"
 
@@ -18,7 +19,7 @@ TEST(Errors, CarryMessageCallLocationAndHint) {
     EXPECT_EQ(e.hint(), "set x to 4");
     EXPECT_NE(e.file().find("test_errors.cpp"), std::string::npos);
     EXPECT_GT(e.line(), 0);
-    EXPECT_EQ(e.device(), "cpu");
+    EXPECT_EQ(e.device(), current_device_name());  // "cpu" here, "cuda:0" on a GPU machine
     std::string w = e.what();
     EXPECT_NE(w.find("hint: set x to 4"), std::string::npos);
     EXPECT_NE(w.find("test_errors.cpp:"), std::string::npos);
