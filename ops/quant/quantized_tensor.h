@@ -21,6 +21,8 @@ struct QuantizedTensor {
   // fp32 [1]: per-tensor amax (fp8 per-tensor) or the NVFP4 global amax of each copy (the column-wise copy's amax
   // is taken after the Hadamard transform when RHT is on). Undefined where the format has none.
   Tensor rowwise_amax, columnwise_amax;
+  // NVFP4: the column-wise copy holds RHT(xᵀ) (full groups of 16 tokens; a trailing partial group is untransformed).
+  bool columnwise_rht = false;
 
   int64_t rows() const;  // M
   int64_t cols() const;  // K

@@ -59,8 +59,9 @@ class Quantizer {
  private:
   QuantizerConfig config_;
   Usage usages_;
+  void ensure_delayed_state(Device device, const Stream& stream);
   Tensor scale_, amax_history_, step_amax_;
-  int64_t history_pos_ = 0;
+  Tensor history_count_;  // i64 [1]: amaxes pushed so far (the next history slot is count % len)
 };
 
 }  // namespace te

@@ -6,6 +6,7 @@
 
 #include "engine/float_convert.h"
 #include "engine/hd.h"
+#include "engine/philox.h"
 
 namespace te {
 
@@ -30,6 +31,97 @@ TE_HD float amax_fold(float acc, float x) {
 TE_HD float hp_max_finite_bits(int dtype_bits_tag) {
   // tag: 0 = f32, 1 = bf16, 2 = f16
   return dtype_bits_tag == 1 ? f32_from_bits(0x7F7F0000u) : (dtype_bits_tag == 2 ? 65504.0f : FLT_MAX);
+}
+
+}  // namespace te
+
+// ---- MXFP8 (shared/NUMERICS.md §2) ------------------------------------------------------------------------
+namespace te {
+
+// Scale byte of a 32-element block: v = amax * fl(1/fmt_max), rounded up to a power of two as E8M0 (NaN → 0xFF,
+// Inf → 0xFE, 0 → 0). An f32-subnormal v rounds up to 1 only above 2^-127 (the hardware cvt.rp rule, as TE).
+TE_HD uint8_t mxfp8_scale_byte(float amax, float fmt_max) { return e8m0_from_f32_ceil(amax * (1.0f / fmt_max)); }
+// Encode factor 2^(127-e) built from bits: e = 254 gives the f32 subnormal 2^-127, e = 255 NaN.
+TE_HD float mxfp8_encode_factor(uint8_t e) {
+  if (e == 0xFF) return f32_from_bits(0x7FC00000u);
+  if (e == 0xFE) return f32_from_bits(0x00400000u);
+  return f32_from_bits(static_cast<uint32_t>(254 - e) << 23);
+}
+
+// ---- NVFP4 two-level scaling (shared/NUMERICS.md §2) ------------------------------------------------------
+// Per-tensor encode scale S_enc = 448*6 / amax, capped at FLT_MAX; amax 0 (or Inf, which gives 0) → 1.
+TE_HD float nvfp4_global_encode_scale(float amax) {
+  float s = (448.0f * 6.0f) / amax;
+  if (!(s <= FLT_MAX)) s = FLT_MAX;  // Inf (amax 0 gives Inf: handled below) and the cap
+  if (amax == 0.0f || s == 0.0f) s = 1.0f;
+  return s;
+}
+// E4M3 code of a block's decode scale: e4m3(min(block_amax * (S_enc * fl(1/6)), FLT_MAX)).
+TE_HD uint8_t nvfp4_block_scale_code(float block_amax, float s_enc) {
+  float v = block_amax * (s_enc * (1.0f / 6.0f));
+  if (v > FLT_MAX) v = FLT_MAX;
+  return e4m3_from_f32(v);
+}
+// Factor multiplying x before the e2m1 cast: min(1 / (float(S_dec_b) * S_dec), FLT_MAX).
+TE_HD float nvfp4_encode_factor(uint8_t block_scale_code, float s_dec) {
+  float f = 1.0f / (e4m3_to_f32(block_scale_code) * s_dec);
+  return f > FLT_MAX ? FLT_MAX : f;
+}
+
+// Stochastic rounding to e2m1 with a uniform u in [0, 1) (24 bits, exact): between the two neighbouring
+// magnitudes lo <= |x| < hi, round up with probability (|x| - lo) / (hi - lo). Both the difference and the
+// division by the power-of-two gap are exact, so E[q] = x up to the 2^-24 resolution of u. NaN → +6 (as RN);
+// |x| >= 6 saturates; the sign is kept (so -0 stays -0).
+TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
+  const uint32_t bits = f32_bits(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
+  const uint8_t sign = static_cast<uint8_t>((bits >> 28) & 0x8u);
+  const float a = fabsf(x);
+  if (a >= 6.0f) return sign | 0x7;
+  const float gap = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  const float lo = floorf(a / gap) * gap;  // a / gap and the product are exact (gap is a power of two)
+  const float p = (a - lo) / gap;
+  const float q = u < p ? lo + gap : lo;
+  return static_cast<uint8_t>(sign | e2m1_from_f32(q));
+}
+// The uniform for SR of element `index` of copy `copy` (0 row-wise, 1 column-wise): one Philox word per element,
+// counter = element index, so any thread layout and the CPU produce the same numbers.
+TE_HD float sr_uniform(uint64_t seed, uint64_t index, uint32_t copy) {
+  Philox4 r = philox4x32(seed, index >> 2, 2u + copy);
+  return uniform_from_bits(r.v[index & 3]);
+}
+
+// ---- Random Hadamard transform (NVFP4 column-wise copy) ---------------------------------------------------
+// R = diag(s) * H16 * 1/4 with H16 the Sylvester Hadamard matrix (H[i][j] = (-1)^popcount(i & j)) and
+// s_j = -1 where bit j of 0xD7E8 is set. Forward: y = v * R, i.e. y_i = 1/4 * sum_j s_j H[j][i] v_j, summed in
+// f32 in order j = 0..15 (only sign flips and adds: bit-identical on host and device), then rounded through bf16.
+// R is orthogonal (R Rᵀ = I), so rht16_inverse (v * Rᵀ) undoes it up to the bf16 rounding.
+constexpr uint32_t kRhtSignMask = 0xD7E8u;
+TE_HD bool hadamard_negative(int i, int j) {  // parity of popcount(i & j) for 4-bit indices
+  unsigned x = static_cast<unsigned>(i & j) & 0xFu;
+  x ^= x >> 2;
+  x ^= x >> 1;
+  return (x & 1u) != 0;
+}
+
+TE_HD void rht16_forward(const float* v, float* y) {
+  for (int i = 0; i < 16; ++i) {
+    float acc = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      const bool neg = hadamard_negative(j, i) != (((kRhtSignMask >> j) & 1u) != 0);
+      acc += neg ? -v[j] : v[j];
+    }
+    y[i] = bf16_to_f32(bf16_from_f32(acc * 0.25f));
+  }
+}
+// v = y * Rᵀ: v_i = s_i / 4 * sum_j H[i][j] y_j (f32, not rounded).
+TE_HD void rht16_inverse(const float* y, float* v) {
+  for (int i = 0; i < 16; ++i) {
+    float acc = 0.0f;
+    for (int j = 0; j < 16; ++j) acc += hadamard_negative(i, j) ? -y[j] : y[j];
+    acc *= 0.25f;
+    v[i] = ((kRhtSignMask >> i) & 1u) ? -acc : acc;
+  }
 }
 
 }  // namespace te

@@ -1,0 +1,57 @@
+// Optimizers over fp32 master weights, as plain functions over Tensors. State tensors (momentum, Adam moments) are
+// fp32, shaped like the parameter, owned by the caller, zero-initialised before the first step. Gradients are
+// f32/bf16/f16 (read as f32). All tensors contiguous on one device; the launch is enqueued on `stream`.
+// The CPU reference (optimizer_ref.cpp) and the CUDA kernel (optimizer.cu) evaluate the same expression in the same
+// order with single roundings (no fused multiply-add), so they agree bit for bit.
+#pragma once
+#include <cstdint>
+
+#include "engine/stream.h"
+#include "engine/tensor.h"
+
+namespace te {
+
+// SGD with momentum (PyTorch semantics, dampening 0):
+//   g = grad + weight_decay * p;  buf = momentum * buf + g;  p = p - lr * buf
+struct SgdConfig {
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.f;
+};
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& config,
+                       const Stream& stream = Stream());
+
+// AdamW (decoupled weight decay), `step` counts from 1:
+//   p = p * (1 - lr * weight_decay)
+//   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
+//   p = p - lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (computed in double,
+//   rounded to f32 once per step)
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
+                const AdamWConfig& config, const Stream& stream = Stream());
+
+// The per-step scalars of both optimizers, computed once on the host so CPU and CUDA see identical values.
+struct SgdScalars {
+  float lr, momentum, weight_decay;
+};
+struct AdamWScalars {
+  float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay;  // decay = 1 - lr * weight_decay
+  float bc1, bc2;
+};
+
+namespace detail {
+void sgd_momentum_cpu(float* p, const void* g, DType gt, float* buf, int64_t n, const SgdScalars& s);
+void adamw_cpu(float* p, const void* g, DType gt, float* m, float* v, int64_t n, const AdamWScalars& s);
+void sgd_momentum_cuda(float* p, const void* g, DType gt, float* buf, int64_t n, const SgdScalars& s,
+                       const Stream& stream);
+void adamw_cuda(float* p, const void* g, DType gt, float* m, float* v, int64_t n, const AdamWScalars& s,
+                const Stream& stream);
+}  // namespace detail
+
+}  // namespace te

@@ -1,0 +1,256 @@
+#include "graph/planner.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "engine/error.h"
+
+namespace te {
+
+std::string_view gather_path_name(GatherPath p) {
+  switch (p) {
+    case GatherPath::high_precision: return "high_precision";
+    case GatherPath::quantized: return "quantized";
+    case GatherPath::fallback: return "fallback";
+  }
+  return "?";
+}
+
+const GatherDecision* Plan::gather_decision(int node) const {
+  for (const auto& [n, d] : gathers)
+    if (n == node) return &d;
+  return nullptr;
+}
+
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// Topological order (Kahn). Among ready nodes, comm nodes go first so collectives are enqueued as early as their
+// inputs allow and overlap the compute that follows; otherwise build order.
+std::vector<int> topo_order(const Graph& g) {
+  const int n = g.num_nodes();
+  std::vector<int> indeg(static_cast<size_t>(n), 0);
+  for (const Node& node : g.nodes())
+    for (int v : node.inputs)
+      if (g.value(v).producer >= 0) ++indeg[static_cast<size_t>(node.id)];
+  std::set<std::pair<int, int>> ready;  // (0 comm / 1 compute, node id)
+  auto prio = [&](int id) { return g.node(id).op->stream == StreamClass::comm ? 0 : 1; };
+  for (int i = 0; i < n; ++i)
+    if (indeg[static_cast<size_t>(i)] == 0) ready.insert({prio(i), i});
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int id = ready.begin()->second;
+    ready.erase(ready.begin());
+    order.push_back(id);
+    for (int out : g.node(id).outputs)
+      for (int c : g.value(out).consumers)
+        if (--indeg[static_cast<size_t>(c)] == 0) ready.insert({prio(c), c});
+  }
+  TE_CHECK(static_cast<int>(order.size()) == n, "the graph has a cycle: only " << order.size() << " of " << n
+                                                    << " nodes could be ordered");
+  return order;
+}
+
+void check_types(const Graph& g) {
+  for (const Node& node : g.nodes()) {
+    std::vector<ValueType> in;
+    for (int v : node.inputs) in.push_back(g.value(v).type);
+    std::vector<ValueType> out = node.op->infer(node, in);
+    TE_CHECK(out.size() == node.outputs.size(), g.node_label(node.id) << ": inference now gives " << out.size()
+                                                                      << " outputs, the graph has " << node.outputs.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      TE_CHECK_HINT(out[i] == g.value(node.outputs[i]).type,
+                    g.node_label(node.id) << ": output " << i << " " << g.value_label(node.outputs[i])
+                                          << " disagrees with inference (" << out[i].str() << ")",
+                    "values must only be created through GraphBuilder");
+  }
+}
+
+GatherDecision default_gather_decision(const Graph& g, const Node& node) {
+  GatherDecision d;
+  const ValueType& out = g.value(node.outputs.at(0)).type;
+  if (!out.is_quantized()) {
+    d.usages.push_back({Usage::none, GatherPath::high_precision, "the gathered value is not quantized"});
+    return d;
+  }
+  for (Usage u : {Usage::rowwise, Usage::columnwise})
+    if (has_usage(out.usages, u))
+      d.usages.push_back({u, GatherPath::fallback, "no gather hook set: planned the fallback (always valid)"});
+  return d;
+}
+
+// Bitset of "a happens-before b" over step positions.
+struct HappensBefore {
+  int n = 0, words = 0;
+  std::vector<uint64_t> bits;  // row a: the steps that a happens-before
+  bool operator()(int a, int b) const {
+    return (bits[static_cast<size_t>(a * words + b / 64)] >> (b % 64)) & 1u;
+  }
+};
+
+HappensBefore happens_before(const Graph& g, const std::vector<PlanStep>& steps, const std::vector<int>& pos) {
+  HappensBefore hb;
+  hb.n = static_cast<int>(steps.size());
+  hb.words = (hb.n + 63) / 64;
+  hb.bits.assign(static_cast<size_t>(hb.n) * static_cast<size_t>(hb.words), 0);
+  // Successors: data consumers, and the next step on the same stream (program order).
+  std::vector<std::vector<int>> succ(static_cast<size_t>(hb.n));
+  int last_on[kNumStreamClasses] = {-1, -1};
+  for (int s = 0; s < hb.n; ++s) {
+    int& prev = last_on[static_cast<int>(steps[static_cast<size_t>(s)].stream)];
+    if (prev >= 0) succ[static_cast<size_t>(prev)].push_back(s);
+    prev = s;
+    for (int out : g.node(steps[static_cast<size_t>(s)].node).outputs)
+      for (int c : g.value(out).consumers) succ[static_cast<size_t>(s)].push_back(pos[static_cast<size_t>(c)]);
+  }
+  // Every successor sits later in the order, so one reverse sweep closes the relation.
+  for (int s = hb.n - 1; s >= 0; --s) {
+    uint64_t* row = &hb.bits[static_cast<size_t>(s * hb.words)];
+    for (int t : succ[static_cast<size_t>(s)]) {
+      row[t / 64] |= uint64_t{1} << (t % 64);
+      const uint64_t* trow = &hb.bits[static_cast<size_t>(t * hb.words)];
+      for (int w = 0; w < hb.words; ++w) row[w] |= trow[w];
+    }
+  }
+  return hb;
+}
+
+}  // namespace
+
+int64_t quantized_value_bytes(const ValueType& type) {
+  TE_CHECK(type.quant.has_value(), "quantized_value_bytes: " << type.str() << " is not quantized");
+  const QuantFormatInfo& f = quant_format_info(*type.quant);
+  const bool fp4 = *type.quant == QuantFormat::nvfp4_1d || *type.quant == QuantFormat::nvfp4_2d;
+  const int64_t numel = shape_numel(type.shape);
+  const int64_t k = type.shape.empty() ? 1 : type.shape.back();
+  const int64_t m = k == 0 ? 0 : numel / k;
+  const int64_t scale_bits = dtype_bits(f.scale_dtype);
+  int64_t total = 16;  // amax / global scale
+  for (Usage u : {Usage::rowwise, Usage::columnwise}) {
+    if (!has_usage(type.usages, u)) continue;
+    total += round_up(dtype_storage_bytes(fp4 ? DType::fp4_e2m1 : DType::fp8_e4m3, numel), 16);
+    int64_t rows = 1, cols = 1;
+    if (f.block == 0) {
+      rows = cols = 1;
+    } else if (f.two_d) {
+      rows = ceil_div(m, f.block), cols = ceil_div(k, f.block);
+    } else if (u == Usage::rowwise) {
+      rows = m, cols = ceil_div(k, f.block);
+    } else {
+      rows = k, cols = ceil_div(m, f.block);
+    }
+    // Scale layouts for the GEMM pad to 128 x 4 tiles; padding every format that way keeps the estimate an upper bound.
+    total += round_up(round_up(rows, 128) * round_up(cols, 4) * scale_bits / 8, 16);
+  }
+  return total;
+}
+
+Plan plan_graph(const Graph& g, const PlanOptions& options) {
+  TE_CHECK(options.alignment > 0 && (options.alignment & (options.alignment - 1)) == 0,
+           "PlanOptions::alignment must be a power of two, got " << options.alignment);
+  Plan plan;
+  plan.alignment = options.alignment;
+  for (const Node& node : g.nodes())
+    TE_CHECK(node.op != nullptr, g.node_label(node.id) << " has no op");
+  check_types(g);
+
+  // Order and streams.
+  const std::vector<int> order = topo_order(g);
+  std::vector<int> pos(static_cast<size_t>(g.num_nodes()), -1);
+  for (size_t s = 0; s < order.size(); ++s) {
+    const Node& node = g.node(order[s]);
+    pos[static_cast<size_t>(node.id)] = static_cast<int>(s);
+    plan.steps.push_back({node.id, options.single_stream ? StreamClass::compute : node.op->stream});
+  }
+  auto stream_of = [&](int node) { return plan.steps[static_cast<size_t>(pos[static_cast<size_t>(node)])].stream; };
+
+  // Gathers.
+  for (const PlanStep& st : plan.steps) {
+    const Node& node = g.node(st.node);
+    if (!node.op->is_gather) continue;
+    GatherDecision d = options.gather_hook ? options.gather_hook(g, node) : default_gather_decision(g, node);
+    for (const auto& u : d.usages)
+      TE_CHECK_HINT(!u.reason.empty(), g.node_label(node.id) << ": gather decision for " << usage_name(u.usage)
+                                                             << " has no reason",
+                    "the gather hook must say why it chose a path (printed by --explain)");
+    plan.gathers.emplace_back(node.id, std::move(d));
+  }
+
+  // Cross-stream events: one per (producer node, waiting stream), waited before the first consumer on that stream.
+  std::set<std::pair<int, int>> have;
+  for (const PlanStep& st : plan.steps) {
+    for (int v : g.node(st.node).inputs) {
+      const int p = g.value(v).producer;
+      if (p < 0 || stream_of(p) == st.stream) continue;
+      if (!have.insert({p, static_cast<int>(st.stream)}).second) continue;
+      plan.events.push_back({v, p, st.node, stream_of(p), st.stream});
+    }
+  }
+
+  // Buffers.
+  const int num_steps = static_cast<int>(plan.steps.size());
+  plan.buffers.resize(static_cast<size_t>(g.num_values()));
+  std::vector<int> arena_values;
+  for (const Value& v : g.values()) {
+    PlannedBuffer& b = plan.buffers[static_cast<size_t>(v.id)];
+    b.value = v.id;
+    if (v.role != ValueRole::intermediate) continue;
+    const int64_t raw = v.type.is_quantized()
+                            ? (options.quantized_bytes ? options.quantized_bytes(v.type) : quantized_value_bytes(v.type))
+                            : dtype_storage_bytes(v.type.dtype, shape_numel(v.type.shape));
+    b.bytes = round_up(std::max<int64_t>(raw, 1), options.alignment);
+    b.first_step = pos[static_cast<size_t>(v.producer)];
+    b.last_step = b.first_step;
+    for (int c : v.consumers) b.last_step = std::max(b.last_step, pos[static_cast<size_t>(c)]);
+    if (v.is_output) b.last_step = num_steps;
+    plan.naive_bytes += b.bytes;
+    arena_values.push_back(v.id);
+  }
+
+  const HappensBefore hb = happens_before(g, plan.steps, pos);
+  // a's every use happens-before b's producer (so b may overwrite a's bytes).
+  auto ends_before = [&](int a, int b) {
+    const Value& va = g.value(a);
+    if (va.is_output) return false;
+    const int pb = pos[static_cast<size_t>(g.value(b).producer)];
+    if (!hb(pos[static_cast<size_t>(va.producer)], pb)) return false;
+    for (int c : va.consumers)
+      if (!hb(pos[static_cast<size_t>(c)], pb)) return false;
+    return true;
+  };
+  auto can_share = [&](int a, int b) { return options.reuse_buffers && (ends_before(a, b) || ends_before(b, a)); };
+
+  // Greedy by size: the largest buffers are placed first, each at the lowest offset that does not overlap a placed
+  // buffer it cannot share with.
+  std::vector<int> by_size = arena_values;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) {
+    const auto& ba = plan.buffers[static_cast<size_t>(a)];
+    const auto& bb = plan.buffers[static_cast<size_t>(b)];
+    return ba.bytes != bb.bytes ? ba.bytes > bb.bytes : ba.first_step < bb.first_step;
+  });
+  std::vector<int> placed;
+  for (int v : by_size) {
+    PlannedBuffer& b = plan.buffers[static_cast<size_t>(v)];
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of conflicting placed buffers
+    for (int p : placed)
+      if (!can_share(v, p)) {
+        const PlannedBuffer& pb = plan.buffers[static_cast<size_t>(p)];
+        busy.emplace_back(pb.offset, pb.offset + pb.bytes);
+      }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + b.bytes <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    b.offset = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + b.bytes);
+    placed.push_back(v);
+  }
+  return plan;
+}
+
+}  // namespace te

@@ -1,0 +1,431 @@
+#include "models/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/element.h"
+#include "engine/error.h"
+#include "models/spec_suggest.h"
+
+namespace te {
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+using json = nlohmann::json;
+
+struct DTypeName {
+  std::string_view name;
+  DType dtype;
+};
+constexpr DTypeName kSafetensorsDTypes[] = {
+    {"F32", DType::f32}, {"BF16", DType::bf16},  {"F16", DType::f16}, {"F8_E4M3", DType::fp8_e4m3},
+    {"F8_E5M2", DType::fp8_e5m2}, {"U8", DType::u8}, {"I32", DType::i32}, {"I64", DType::i64},
+};
+
+std::string known_dtypes() {
+  std::vector<std::string> v;
+  for (const auto& d : kSafetensorsDTypes) v.emplace_back(d.name);
+  return join_names(v, ", ");
+}
+
+// A name as it appears in a message: quoted, control bytes escaped, long names shortened.
+std::string quote(std::string_view s) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < 120; ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > 120) out += "...";
+  return out + "'";
+}
+
+constexpr const char* kReexport = "the file is truncated or corrupt: re-export it (e.g. safetensors.torch.save_file)";
+
+[[noreturn]] void fail(const std::string& label, const std::string& what, const std::string& hint) {
+  TE_INPUT_ERROR(label << ": " << what, hint);
+}
+
+uint64_t elem_bytes(DType t) { return static_cast<uint64_t>(dtype_bits(t) / 8); }
+
+// A JSON number that is a non-negative integer (nlohmann stores those as unsigned or non-negative signed).
+std::optional<uint64_t> as_u64(const json& j) {
+  if (j.is_number_unsigned()) return j.get<uint64_t>();
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) return static_cast<uint64_t>(j.get<int64_t>());
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<DType> dtype_from_safetensors(std::string_view name) {
+  for (const auto& d : kSafetensorsDTypes)
+    if (d.name == name) return d.dtype;
+  return std::nullopt;
+}
+std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
+  for (const auto& d : kSafetensorsDTypes)
+    if (d.dtype == dtype) return d.name;
+  return std::nullopt;
+}
+
+SafetensorsReader SafetensorsReader::open(const std::string& path) {
+  SafetensorsReader r;
+  r.label_ = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a safetensors file", "pass a file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno), "check the path and its permissions");
+  f.seekg(0, std::ios::end);
+  const auto end = f.tellg();
+  if (end < 0) fail(path, "cannot determine the file size", "pass a regular file");
+  const uint64_t size = static_cast<uint64_t>(end);
+  if (size < 8)
+    fail(path, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kReexport);
+  f.seekg(0);
+  uint8_t len_bytes[8];
+  f.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n > kSafetensorsMaxHeaderBytes)
+    fail(path, "header length field claims " + std::to_string(n) + " bytes (limit " +
+                   std::to_string(kSafetensorsMaxHeaderBytes) + "): not a safetensors file, or corrupt",
+         kReexport);
+  if (n > size - 8)
+    fail(path, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
+                   " bytes): truncated",
+         kReexport);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  if (!f) fail(path, "read error in the header", "check the file system");
+  r.data_start_ = 8 + n;
+  r.parse_header(header, size - 8 - n);
+  return r;
+}
+
+SafetensorsReader SafetensorsReader::from_bytes(std::string bytes, const std::string& label) {
+  SafetensorsReader r;
+  r.label_ = label;
+  const uint64_t size = bytes.size();
+  if (size < 8)
+    fail(label, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kReexport);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  if (n > kSafetensorsMaxHeaderBytes)
+    fail(label, "header length field claims " + std::to_string(n) + " bytes (limit " +
+                    std::to_string(kSafetensorsMaxHeaderBytes) + "): not a safetensors file, or corrupt",
+         kReexport);
+  if (n > size - 8)
+    fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
+                    " bytes): truncated",
+         kReexport);
+  r.data_start_ = 8 + n;
+  r.memory_ = std::make_shared<const std::string>(std::move(bytes));
+  r.parse_header(std::string_view(*r.memory_).substr(8, n), size - 8 - n);
+  return r;
+}
+
+void SafetensorsReader::parse_header(std::string_view header, uint64_t data_bytes) {
+  const std::string& L = label_;
+  if (header.empty() || header.front() != '{')
+    fail(L, "the JSON header does not start with '{'", kReexport);
+
+  // Duplicate keys are legal JSON but ambiguous here; nlohmann keeps the last one silently, so catch them while
+  // parsing (one set of keys per open object).
+  std::vector<std::set<std::string>> open_objects;
+  auto on_event = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (ev == json::parse_event_t::key && !open_objects.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!open_objects.back().insert(key).second)
+        fail(L, (open_objects.size() == 1 ? "tensor " : "key ") + quote(key) + " appears twice in the header",
+             "tensor names must be unique: re-export the file");
+    }
+    return true;
+  };
+  json h;
+  try {
+    h = json::parse(header.begin(), header.end(), on_event);
+  } catch (const json::parse_error& e) {
+    std::string why = e.what();
+    if (why.find("UTF-8") != std::string::npos || why.find("surrogate") != std::string::npos)
+      fail(L, "header byte " + std::to_string(e.byte) + ": a tensor name or string is not valid UTF-8",
+           "safetensors names must be UTF-8: re-export the file with valid names");
+    fail(L, "the header is not valid JSON (byte " + std::to_string(e.byte) + " of the header): " + why, kReexport);
+  }
+  if (!h.is_object()) fail(L, "the JSON header is not an object", kReexport);
+
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail(L, "__metadata__ must be an object of strings", kReexport);
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          fail(L, "__metadata__ value of " + quote(m.key()) + " is not a string", "metadata values must be strings");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string T = "tensor " + quote(name);
+    if (name.empty()) fail(L, "a tensor has an empty name", "give every tensor a name");
+    if (!v.is_object()) fail(L, T + ": entry is not an object {dtype, shape, data_offsets}", kReexport);
+    for (auto k = v.begin(); k != v.end(); ++k)
+      if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets")
+        fail(L, T + ": unknown field " + quote(k.key()), "a tensor entry has only dtype, shape and data_offsets");
+    if (!v.contains("dtype") || !v["dtype"].is_string())
+      fail(L, T + ": missing or non-string 'dtype'", kReexport);
+    if (!v.contains("shape") || !v["shape"].is_array()) fail(L, T + ": missing or non-array 'shape'", kReexport);
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      fail(L, T + ": 'data_offsets' must be [begin, end]", kReexport);
+
+    SafetensorsEntry e;
+    e.name = name;
+    const std::string dt = v["dtype"].get<std::string>();
+    auto d = dtype_from_safetensors(dt);
+    if (!d)
+      fail(L, T + ": dtype " + quote(dt) + " is not supported",
+           "supported dtypes: " + known_dtypes() + "; convert the tensor before saving");
+    e.dtype = *d;
+    // numel × element size must not overflow; anything larger than the data section fails below anyway.
+    uint64_t bytes = elem_bytes(e.dtype);
+    bool too_big = false;
+    for (const json& dim : v["shape"]) {
+      auto x = as_u64(dim);
+      if (!x) fail(L, T + ": shape " + v["shape"].dump() + " has a dimension that is not a non-negative integer",
+                   kReexport);
+      if (*x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(L, T + ": shape dimension " + std::to_string(*x) + " is too large", kReexport);
+      e.shape.push_back(static_cast<int64_t>(*x));
+      if (*x != 0 && bytes > std::numeric_limits<uint64_t>::max() / *x) too_big = true;
+      bytes = too_big ? 0 : bytes * *x;
+    }
+    if (too_big && std::find(e.shape.begin(), e.shape.end(), 0) == e.shape.end())
+      fail(L, T + ": shape " + shape_str(e.shape) + " is too large for any file", kReexport);
+    if (too_big) bytes = 0;  // a zero dimension makes it empty whatever the others are
+    auto b = as_u64(v["data_offsets"][0]), en = as_u64(v["data_offsets"][1]);
+    if (!b || !en) fail(L, T + ": data_offsets " + v["data_offsets"].dump() + " are not non-negative integers",
+                        kReexport);
+    e.begin = *b;
+    e.end = *en;
+    if (e.begin > e.end)
+      fail(L, T + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin",
+           kReexport);
+    if (e.end > data_bytes)
+      fail(L, T + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] run past the data section (" + std::to_string(data_bytes) + " bytes)",
+           kReexport);
+    if (e.nbytes() != bytes)
+      fail(L, T + ": shape " + shape_str(e.shape) + " × " + dt + " is " + std::to_string(bytes) +
+                  " bytes but data_offsets span " + std::to_string(e.nbytes()) + " bytes",
+           kReexport);
+    entries_.push_back(std::move(e));
+  }
+
+  // The data section must be covered exactly: sorted by position, each tensor starts where the previous ended.
+  std::vector<const SafetensorsEntry*> by_pos;
+  for (const auto& e : entries_) by_pos.push_back(&e);
+  std::sort(by_pos.begin(), by_pos.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t pos = 0;
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry* e : by_pos) {
+    if (e->begin < pos)
+      fail(L, "tensor " + quote(e->name) + " [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
+                  ") overlaps tensor " + quote(prev->name) + " [" + std::to_string(prev->begin) + ", " +
+                  std::to_string(prev->end) + ")",
+           kReexport);
+    if (e->begin > pos)
+      fail(L, "bytes [" + std::to_string(pos) + ", " + std::to_string(e->begin) +
+                  ") of the data section belong to no tensor (a hole before tensor " + quote(e->name) + ")",
+           kReexport);
+    pos = e->end;
+    prev = e;
+  }
+  if (pos != data_bytes)
+    fail(L, "the data section has " + std::to_string(data_bytes) + " bytes but the tensors cover only " +
+                std::to_string(pos) + " (trailing bytes belong to no tensor)",
+         kReexport);
+  // nlohmann's object is a std::map: entries_ is already sorted by name.
+}
+
+const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                             [](const SafetensorsEntry& e, const std::string& n) { return e.name < n; });
+  return it != entries_.end() && it->name == name ? &*it : nullptr;
+}
+
+const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {
+  if (const SafetensorsEntry* e = find(name)) return *e;
+  std::vector<std::string> names;
+  for (const auto& e : entries_) names.push_back(e.name);
+  std::string near = closest_name(name, names);
+  fail(label_, "tensor " + quote(name) + " is missing (the file has " + std::to_string(entries_.size()) +
+                   " tensors)",
+       near.empty() ? "list the file with `teengine inspect " + label_ + "`"
+                    : "did you mean " + quote(near) + "? (`teengine inspect " + label_ + "` lists them)");
+}
+
+void SafetensorsReader::read_bytes(uint64_t offset, uint64_t n, void* dst) const {
+  if (n == 0) return;
+  if (memory_) {
+    std::memcpy(dst, memory_->data() + data_start_ + offset, n);
+    return;
+  }
+  std::ifstream f(label_, std::ios::binary);
+  if (!f) fail(label_, std::string("cannot reopen: ") + std::strerror(errno), "was the file moved while in use?");
+  f.seekg(static_cast<std::streamoff>(data_start_ + offset));
+  f.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+  if (!f) fail(label_, "read error (was the file truncated while in use?)", kReexport);
+}
+
+Tensor SafetensorsReader::read(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, e.dtype);  // [shape] dtype, CPU, C-order like the file
+  read_bytes(e.begin, e.nbytes(), t.data_ptr());
+  return t;
+}
+
+Tensor SafetensorsReader::read(const std::string& name, const Shape& shape, DType dtype) const {
+  const SafetensorsEntry& e = entry(name);
+  if (e.shape != shape || e.dtype != dtype)
+    fail(label_, "tensor " + quote(name) + " is " + shape_str(e.shape) + " " + std::string(dtype_name(e.dtype)) +
+                     ", expected " + shape_str(shape) + " " + std::string(dtype_name(dtype)),
+         "the file does not match the model: check the model spec (hidden, ffn, out, dtype) or re-export");
+  return read(name);
+}
+
+Tensor SafetensorsReader::read_converted(const std::string& name, const Shape& shape, DType dtype) const {
+  const SafetensorsEntry& e = entry(name);
+  if (e.shape != shape || !dtype_info(e.dtype).is_float)
+    fail(label_, "tensor " + quote(name) + " is " + shape_str(e.shape) + " " + std::string(dtype_name(e.dtype)) +
+                     ", expected " + shape_str(shape) + " of a float dtype",
+         "the file does not match the model: check tokens/hidden in the spec or re-export");
+  Tensor t = read(name);
+  if (e.dtype == dtype) return t;
+  return Tensor::from_f32(t.to_f32_vector(), shape, dtype);
+}
+
+// ---- writer ------------------------------------------------------------------------------------------------------
+
+namespace {
+struct Prepared {
+  std::string header;                         // padded JSON
+  std::vector<std::pair<Tensor, uint64_t>> parts;  // contiguous CPU tensors and their byte counts, in key order
+};
+
+Prepared prepare(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  Prepared p;
+  json h = json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  uint64_t pos = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name.empty() || name == "__metadata__")
+      TE_INPUT_ERROR("cannot save a tensor named " << quote(name), "rename it");
+    if (!t.defined()) TE_INPUT_ERROR("cannot save tensor " << quote(name) << ": it is undefined", "");
+    auto dt = safetensors_dtype_name(t.dtype());
+    if (!dt)
+      TE_INPUT_ERROR("cannot save tensor " << quote(name) << ": dtype " << dtype_name(t.dtype())
+                                           << " has no safetensors name",
+                     "dequantize or convert it to " << known_dtypes() << " first");
+    Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
+    const uint64_t n = static_cast<uint64_t>(c.nbytes());
+    h[name] = {{"dtype", std::string(*dt)}, {"shape", c.shape()}, {"data_offsets", {pos, pos + n}}};
+    pos += n;
+    p.parts.emplace_back(std::move(c), n);
+  }
+  p.header = h.dump();  // nlohmann objects are sorted maps: deterministic
+  // Pad with spaces so the data section starts 8-byte aligned (as the reference implementation does).
+  p.header.append((8 - (p.header.size() % 8)) % 8, ' ');
+  return p;
+}
+
+std::string le64(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return s;
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      TE_INPUT_ERROR("writing " << tmp << " failed: " << std::strerror(err), "check free disk space and permissions");
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+}  // namespace
+
+std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  Prepared p = prepare(tensors, metadata);
+  std::string out = le64(p.header.size()) + p.header;
+  for (const auto& [t, n] : p.parts) out.append(static_cast<const char*>(t.data_ptr()), n);
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  Prepared p = prepare(tensors, metadata);  // every validation before any file is created
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    TE_INPUT_ERROR("cannot write " << path << ": directory " << dir.string() << " does not exist",
+                   "create it first or choose another path");
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0)
+    TE_INPUT_ERROR("cannot create a temporary file in " << dir.string() << ": " << std::strerror(errno),
+                   "check that the directory is writable");
+  const std::string len = le64(p.header.size());
+  write_all(fd, len.data(), len.size(), tmp);
+  write_all(fd, p.header.data(), p.header.size(), tmp);
+  for (const auto& [t, n] : p.parts) write_all(fd, t.data_ptr(), n, tmp);
+  // mkstemp creates 0600: keep the mode of the file being replaced, else rw-r--r-- (umask() is process-global and
+  // racy to query, so it is not consulted).
+  struct stat st {};
+  ::fchmod(fd, ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644);
+  const bool synced = ::fsync(fd) == 0;
+  int err = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!closed) err = errno;
+  if (!synced || !closed) {
+    ::unlink(tmp.c_str());
+    TE_INPUT_ERROR("writing " << path << " failed: " << std::strerror(err), "check free disk space");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    TE_INPUT_ERROR("cannot rename the temporary file onto " << path << ": " << std::strerror(err),
+                   "is the path a directory, or on another file system?");
+  }
+}
+
+}  // namespace te

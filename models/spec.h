@@ -1,0 +1,165 @@
+// The model spec (YAML, issue 7): parsed with yaml-cpp into a validated ModelSpec.
+//
+//   name: tiny
+//   model:
+//     hidden: 256
+//     layers: 2
+//     dtype: bf16                              # f32 | bf16 | f16
+//     norm: {type: layernorm, eps: 1.0e-5}     # layernorm | rmsnorm
+//     block:                                   # residual branches: x = x + branch(x), in order
+//       - [ {layernorm_linear: {name: qkv, out: 768}}, {linear: {name: proj, out: 256}} ]
+//       - [ {layernorm_mlp: {name: mlp, ffn: 1024, activation: gelu}} ]   # gelu | swiglu | relu
+//   parallel: {tp: 4, sequence_parallel: true, comm: auto}                 # auto | local | nccl
+//   precision: {recipe: fp8_block}             # none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
+//   run: {mode: infer, device: auto, tokens: 1000, steps: 1, seed: 1234, optimizer: {type: adamw, lr: 1.0e-3}}
+//   weights: null                              # safetensors path (global tensors); null → seeded init
+//
+// Every defect is a te::InputError whose message starts with the location (`FILE:LINE:COL` of the offending node,
+// or `--set PATH=VALUE` when an override put it there), then the field path (`model.block[0][1].linear.out`), what
+// is wrong, and a hint (did-you-mean for unknown keys and enum values).
+//
+// Parallel layout (Megatron): within a branch, layernorm_linear/linear alternate column-parallel (weight rows split
+// by rank) then row-parallel (weight columns split, output reduced); layernorm_mlp is FC1 column, FC2 row. A branch
+// must end row-parallel (or with layernorm_mlp) at `hidden` features so the residual add sees the full width.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "engine/tensor.h"
+
+namespace te {
+
+enum class NormType : uint8_t { layernorm, rmsnorm };
+enum class LayerKind : uint8_t { layernorm_linear, linear, layernorm_mlp };
+enum class Activation : uint8_t { gelu, swiglu, relu };
+// How a linear's weight [out, in] is split over the tp ranks: column = rows (out) split, row = columns (in) split.
+enum class ParallelMode : uint8_t { column, row };
+enum class CommBackend : uint8_t { automatic, local, nccl };
+enum class Recipe : uint8_t { none, fp8_delayed, fp8_current, fp8_block, mxfp8, nvfp4 };
+enum class Fp8Format : uint8_t { e4m3, hybrid };  // hybrid: E4M3 forward, E5M2 gradients
+enum class AmaxAlgo : uint8_t { max, most_recent };
+enum class RunMode : uint8_t { infer, train };
+enum class OptimizerType : uint8_t { sgd, adamw };
+
+std::string_view norm_type_name(NormType v);
+std::string_view layer_kind_name(LayerKind v);
+std::string_view activation_name(Activation v);
+std::string_view parallel_mode_name(ParallelMode v);
+std::string_view comm_backend_name(CommBackend v);  // "auto" | "local" | "nccl"
+std::string_view recipe_name(Recipe v);
+std::string_view fp8_format_name(Fp8Format v);
+std::string_view amax_algo_name(AmaxAlgo v);
+std::string_view run_mode_name(RunMode v);
+std::string_view optimizer_type_name(OptimizerType v);
+std::optional<Recipe> recipe_from_name(std::string_view name);
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::linear;
+  std::string name;    // unique within the block; parameters live under layers.{i}.{name}.
+  std::string path;    // "model.block[0][1]" (for messages downstream)
+  int64_t in = 0;      // input features (global)
+  int64_t out = 0;     // output features (global); layernorm_mlp: == in
+  int64_t ffn = 0;     // layernorm_mlp: FC1 output features per half (swiglu: FC1 has 2·ffn rows)
+  Activation activation = Activation::gelu;  // layernorm_mlp
+  bool bias = true;                          // optional key `bias: false` drops every bias of the layer
+  // layernorm_linear/linear: column or row. layernorm_mlp: column (its FC1; FC2 is always row).
+  ParallelMode mode = ParallelMode::column;
+  bool has_norm() const { return kind != LayerKind::linear; }
+};
+
+using Branch = std::vector<LayerSpec>;
+
+struct ModelSection {
+  int64_t hidden = 0;
+  int64_t layers = 1;
+  DType dtype = DType::bf16;
+  NormType norm = NormType::layernorm;
+  double eps = 1e-5;
+  std::vector<Branch> block;
+};
+
+struct ParallelSpec {
+  int tp = 1;
+  bool sequence_parallel = false;
+  CommBackend comm = CommBackend::automatic;
+};
+
+struct PrecisionSpec {
+  Recipe recipe = Recipe::none;
+  // Options; each applies to some recipes only (others are rejected). Defaults follow TransformerEngine.
+  Fp8Format fp8_format = Fp8Format::hybrid;  // fp8_delayed/fp8_current default hybrid; fp8_block/mxfp8 e4m3
+  int amax_history_len = 1024;               // fp8_delayed
+  AmaxAlgo amax_algo = AmaxAlgo::max;        // fp8_delayed
+  int margin = 0;                            // fp8_delayed
+  bool pow2_scales = false;                  // fp8_current (default false), fp8_block (default true)
+  double amax_epsilon = 0.0;                 // fp8_current, fp8_block
+};
+
+struct OptimizerSpec {
+  OptimizerType type = OptimizerType::adamw;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double momentum = 0.0;                     // sgd
+  double beta1 = 0.9, beta2 = 0.999;         // adamw (`betas: [b1, b2]`)
+  double eps = 1e-8;                         // adamw
+};
+
+struct RunSpec {
+  RunMode mode = RunMode::infer;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t tokens = 1024;
+  int64_t steps = 1;
+  uint64_t seed = 1234;
+  OptimizerSpec optimizer;
+};
+
+struct ModelSpec {
+  std::string source;  // the YAML file (or label) it came from
+  std::string name;    // defaults to the file's stem
+  ModelSection model;
+  ParallelSpec parallel;
+  PrecisionSpec precision;
+  RunSpec run;
+  // Weights file as written, and resolved: relative paths from the YAML file are taken relative to its directory,
+  // paths given with --set relative to the working directory. Empty: seeded init.
+  std::string weights, weights_path;
+};
+
+// One parameter of the model, global (unsharded) shape; the engine shards it by rank.
+enum class ParamRole : uint8_t { norm_weight, norm_bias, weight, bias };
+struct ParamSpec {
+  std::string name;    // layers.{i}.{module}.{layer_norm_weight|layer_norm_bias|weight|bias|fc1_*|fc2_*}
+  Shape shape;         // global; weight = [out, in]
+  ParamRole role = ParamRole::weight;
+  int layer = 0;       // i
+  const LayerSpec* module = nullptr;  // points into the ModelSpec it was listed from
+  int shard_dim = -1;  // dimension split over tp ranks; -1: replicated (norm params, row-parallel bias)
+  // swiglu FC1 ([2·ffn, in] weight / [2·ffn] bias): rows [0, ffn) are the gate (activated), [ffn, 2·ffn) the linear
+  // half; each half is split over ranks separately so a rank holds matching gate/linear rows and the global tensor
+  // does not depend on tp.
+  bool gated_halves = false;
+};
+// Every parameter in a fixed order (layer, branch, position, then norm/weight/bias), for init, loading and saving.
+std::vector<ParamSpec> parameter_specs(const ModelSpec& spec);
+// The shape rank `rank` of `tp` holds.
+Shape local_shape(const ParamSpec& p, int tp);
+
+// Parses "a.b[0].c=value" (--set). Throws te::InputError when there is no '=' or the path is malformed.
+struct SpecOverride {
+  std::string path, value, text;  // text: the argument as given
+};
+SpecOverride parse_override(const std::string& arg);
+
+// Reads, overrides and validates. Throws te::InputError for every defect (including a missing file).
+ModelSpec load_spec_file(const std::string& path, const std::vector<std::string>& sets = {});
+// As load_spec_file, from text; `source` names it in messages (and its directory resolves relative weights).
+ModelSpec parse_spec(std::string_view yaml, const std::string& source, const std::vector<std::string>& sets = {});
+
+// A short human description (layers, shapes, parallel layout) for `teengine run --explain`.
+std::string describe_spec(const ModelSpec& spec);
+
+}  // namespace te

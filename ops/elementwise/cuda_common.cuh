@@ -1,0 +1,79 @@
+// Device helpers shared by the norm, activation and elementwise kernels (CUDA builds only): typed element
+// load/store through engine/float_convert.h (so CPU and CUDA round identically), 16-byte vectors, block
+// reductions, and a dtype → C++ type dispatcher.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/cuda_check.h"
+#include "engine/dtype.h"
+#include "engine/error.h"
+#include "engine/float_convert.h"
+#include "engine/stream.h"
+
+namespace te::cuda {
+
+inline cudaStream_t raw_stream(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
+
+// Storage tags: the bits live in `bits`; to_f/from_f are the library's exact conversions.
+struct BF16 { uint16_t bits; };
+struct F16 { uint16_t bits; };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(BF16 v) { return bf16_to_f32(v.bits); }
+__device__ __forceinline__ float to_f(F16 v) { return f16_to_f32(v.bits); }
+template <class T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ BF16 from_f<BF16>(float v) { return BF16{bf16_from_f32(v)}; }
+template <> __device__ __forceinline__ F16 from_f<F16>(float v) { return F16{f16_from_f32(v)}; }
+
+// N elements moved as one aligned access (N * sizeof(T) of 16 bytes → one 128-bit load/store).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+template <class T, int N>
+__device__ __forceinline__ void load_vec(const T* p, int64_t i, float (&out)[N]) {
+  const Vec<T, N> x = *reinterpret_cast<const Vec<T, N>*>(p + i);
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = to_f(x.v[k]);
+}
+template <class T, int N>
+__device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&in)[N]) {
+  Vec<T, N> x;
+#pragma unroll
+  for (int k = 0; k < N; ++k) x.v[k] = from_f<T>(in[k]);
+  *reinterpret_cast<Vec<T, N>*>(p + i) = x;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+// Sum over the block, returned to every thread. `smem` holds 32 floats; blockDim.x a multiple of 32.
+__device__ __forceinline__ float block_sum(float v, float* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? smem[lane] : 0.f;
+  return warp_sum(t);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Calls f(T{}) with T the storage type of a high-precision dtype.
+template <class F>
+void dispatch_hp(DType t, const char* what, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::bf16: f(BF16{}); return;
+    case DType::f16: f(F16{}); return;
+    default: TE_THROW(what << ": dtype " << dtype_name(t) << " is not supported", "use f32, bf16 or f16");
+  }
+}
+
+}  // namespace te::cuda

@@ -1,0 +1,39 @@
+// Shared between the GEMM front end (gemm.cpp), the CPU path (gemm_ref.cpp) and the cuBLASLt path
+// (gemm_cublaslt.cpp). Not a public header.
+#pragma once
+#include "ops/gemm/gemm.h"
+#include "te_config.h"
+
+namespace te::detail {
+
+// What a role needs from each operand: a = x/dy, b = W/x (see gemm.h).
+struct RoleUsages {
+  Usage a, b;
+};
+constexpr RoleUsages role_usages(GemmRole r) {
+  switch (r) {
+    case GemmRole::fprop: return {Usage::rowwise, Usage::rowwise};
+    case GemmRole::dgrad: return {Usage::rowwise, Usage::columnwise};
+    case GemmRole::wgrad: return {Usage::columnwise, Usage::columnwise};
+  }
+  return {Usage::rowwise, Usage::rowwise};
+}
+
+// The 2D view [rows, cols] of a tensor (leading dims flattened); copies only when strides forbid a view.
+Tensor as_2d(const Tensor& t, const Stream& stream);
+
+// Validated problem: out [P, Q] = alpha · A' · B' with A', B' given by the role (gemm.h).
+struct GemmShape {
+  int64_t M, N, K;  // model dims of the role (fprop/dgrad/wgrad naming)
+  int64_t P, Q;     // output rows and cols
+};
+GemmShape gemm_shape(const GemmOperand& a, const GemmOperand& b, GemmRole role);
+
+void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
+              GemmContext& ctx);
+#if TE_WITH_CUDA
+void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
+               GemmContext& ctx, const Stream& stream);
+#endif
+
+}  // namespace te::detail

@@ -1,0 +1,55 @@
+// CPU GEMM: dequantize each operand (from the copy its role uses) to f32, one OpenBLAS sgemm, bias, cast.
+// This is the reference the cuBLASLt path is tested against.
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/error.h"
+#include "ops/gemm/gemm_internal.h"
+
+namespace te::detail {
+
+// The operand as f32 in its logical [rows, cols] orientation, taken from `usage` when quantized.
+static std::vector<float> operand_f32(const GemmOperand& op, Usage usage, GemmRole role, const char* name) {
+  if (!op.is_quantized()) return op.tensor().to_f32_vector();
+  const QuantizedTensor& q = op.quantized();
+  TE_CHECK_HINT(q.has(usage), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str()
+                                      << " lacks the " << usage_name(usage) << " copy this role reads",
+                "quantize it with that usage");
+  return q.dequantize_usage(usage, DType::f32).to_f32_vector();
+}
+
+void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
+              GemmContext& /*ctx*/) {
+  const GemmShape s = gemm_shape(a, b, role);
+  const RoleUsages u = role_usages(role);
+  const std::vector<float> af = operand_f32(a, u.a, role, "a");  // [a.rows, a.cols]
+  const std::vector<float> bf = operand_f32(b, u.b, role, "b");  // [b.rows, b.cols]
+  std::vector<float> c = opts.accumulate ? out.to_f32_vector() : std::vector<float>(size_t(s.P * s.Q), 0.f);
+  const float beta = opts.accumulate ? 1.f : 0.f;
+  const auto ld = [](int64_t x) { return static_cast<int>(std::max<int64_t>(x, 1)); };
+  const int M = static_cast<int>(s.M), N = static_cast<int>(s.N), K = static_cast<int>(s.K);
+  switch (role) {
+    case GemmRole::fprop:  // y[M, N] = x[M, K] · W[N, K]ᵀ
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, opts.alpha, af.data(), ld(K), bf.data(), ld(K),
+                  beta, c.data(), ld(N));
+      break;
+    case GemmRole::dgrad:  // dx[M, K] = dy[M, N] · W[N, K]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, opts.alpha, af.data(), ld(N), bf.data(),
+                  ld(K), beta, c.data(), ld(K));
+      break;
+    case GemmRole::wgrad:  // dW[N, K] = dy[M, N]ᵀ · x[M, K]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, opts.alpha, af.data(), ld(N), bf.data(), ld(K),
+                  beta, c.data(), ld(K));
+      break;
+  }
+  if (opts.bias.defined()) {
+    const std::vector<float> bias = opts.bias.to_f32_vector();  // [Q]
+    for (int64_t p = 0; p < s.P; ++p)
+      for (int64_t q = 0; q < s.Q; ++q) c[size_t(p * s.Q + q)] += bias[size_t(q)];
+  }
+  out.copy_from(Tensor::from_f32(c, out.shape(), out.dtype()));
+}
+
+}  // namespace te::detail

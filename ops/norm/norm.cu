@@ -1,0 +1,176 @@
+// CUDA LayerNorm/RMSNorm. Forward: one block per row, the row held in registers (16-byte loads), fp32 two-pass
+// statistics, one rounding per output. Backward: one block per row for dx; dgamma/dbeta by the deterministic
+// column reduction in ops/elementwise/column_sum.cuh.
+#include "ops/elementwise/column_sum.cuh"
+#include "ops/norm/norm_kernels.cuh"
+
+namespace te::cuda {
+namespace {
+using namespace norm_detail;
+
+constexpr int64_t kMaxGrid = int64_t(1) << 20;
+
+template <class TX, class TP, class TO, int VEC>
+__global__ void __launch_bounds__(1024) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
+                                                        const TP* __restrict__ beta, TO* __restrict__ out,
+                                                        float* mean_out, float* rstd_out, int64_t M, int64_t H,
+                                                        float eps, bool rms) {
+  __shared__ float smem[32];
+  const int64_t nch = H / VEC;
+  const int tid = threadIdx.x, bd = blockDim.x;
+  for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
+    const TX* xr = x + row * H;  // [H]
+    TO* yr = out + row * H;      // [H]
+    float v[kItems][VEC];
+    float mu, rstd;
+    row_stats<TX, VEC>(xr, nch, H, rms, eps, v, smem, mu, rstd);
+    if (tid == 0) {
+      if (mean_out) mean_out[row] = mu;
+      rstd_out[row] = rstd;
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t c = tid + int64_t(i) * bd;
+      if (c < nch) {
+        float y[VEC];
+        normalize_chunk<TP, VEC>(v[i], gamma, beta, c * VEC, mu, rstd, y);
+        store_vec<TO, VEC>(yr, c * VEC, y);
+      }
+    }
+    for (int64_t c = tid + int64_t(kItems) * bd; c < nch; c += bd) {
+      float t[VEC], y[VEC];
+      load_vec<TX, VEC>(xr, c * VEC, t);
+      normalize_chunk<TP, VEC>(t, gamma, beta, c * VEC, mu, rstd, y);
+      store_vec<TO, VEC>(yr, c * VEC, y);
+    }
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (RMSNorm: no mean(g) term).
+template <class TX, class TP, class TD, int VEC>
+__global__ void __launch_bounds__(1024) norm_bwd_dx_kernel(const TX* __restrict__ dy, const TX* __restrict__ x,
+                                                           const float* mean, const float* rstd_in,
+                                                           const TP* __restrict__ gamma, TD* __restrict__ dx,
+                                                           int64_t M, int64_t H) {
+  __shared__ float smem[32];
+  const int64_t nch = H / VEC;
+  const int tid = threadIdx.x, bd = blockDim.x;
+  for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
+    const TX* xr = x + row * H;
+    const TX* dyr = dy + row * H;
+    const float mu = mean ? mean[row] : 0.f, rstd = rstd_in[row];
+    float s1 = 0.f, s2 = 0.f;
+    for (int64_t c = tid; c < nch; c += bd) {
+      float xv[VEC], dv[VEC], g[VEC];
+      load_vec<TX, VEC>(xr, c * VEC, xv);
+      load_vec<TX, VEC>(dyr, c * VEC, dv);
+      load_vec<TP, VEC>(gamma, c * VEC, g);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float gg = __fmul_rn(dv[k], g[k]);
+        const float xhat = __fmul_rn(__fsub_rn(xv[k], mu), rstd);
+        s1 += gg;
+        s2 += gg * xhat;
+      }
+    }
+    const float m1 = mean ? block_sum(s1, smem) / static_cast<float>(H) : 0.f;
+    const float m2 = block_sum(s2, smem) / static_cast<float>(H);
+    for (int64_t c = tid; c < nch; c += bd) {  // second read hits L1/L2: the row was just read
+      float xv[VEC], dv[VEC], g[VEC], o[VEC];
+      load_vec<TX, VEC>(xr, c * VEC, xv);
+      load_vec<TX, VEC>(dyr, c * VEC, dv);
+      load_vec<TP, VEC>(gamma, c * VEC, g);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float gg = __fmul_rn(dv[k], g[k]);
+        const float xhat = __fmul_rn(__fsub_rn(xv[k], mu), rstd);
+        o[k] = __fmul_rn(rstd, __fsub_rn(__fsub_rn(gg, m1), __fmul_rn(xhat, m2)));
+      }
+      store_vec<TD, VEC>(dx + row * H, c * VEC, o);
+    }
+  }
+}
+
+// dgamma[col] += dy * xhat, dbeta[col] += dy.
+template <class TX>
+struct GammaBetaTerms {
+  const TX* dy;
+  const TX* x;
+  const float* mean;
+  const float* rstd;
+  __device__ void operator()(int64_t r, int64_t col, float (&acc)[2]) const {
+    const int64_t i = r * cols + col;
+    const float d = to_f(dy[i]);
+    const float xhat = __fmul_rn(__fsub_rn(to_f(x[i]), mean ? mean[r] : 0.f), rstd[r]);
+    acc[0] += d * xhat;
+    acc[1] += d;
+  }
+  int64_t cols;
+};
+
+}  // namespace
+
+void norm_forward(const NormFwdArgs& a, const Stream& stream) {
+  dispatch_hp(a.tx, "norm_forward x", [&](auto tx) {
+    using TX = decltype(tx);
+    dispatch_hp(a.tp, "norm_forward gamma", [&](auto tp) {
+      using TP = decltype(tp);
+      dispatch_hp(a.tout, "norm_forward out", [&](auto to) {
+        using TO = decltype(to);
+        constexpr int V = vec_width<TX>();
+        // The vector path needs H % V == 0 and every base pointer aligned to its V-element vector.
+        const bool vec = a.cols % V == 0 && aligned16(a.x) && (reinterpret_cast<uintptr_t>(a.gamma) % (sizeof(TP) * V)) == 0 &&
+                         (!a.beta || (reinterpret_cast<uintptr_t>(a.beta) % (sizeof(TP) * V)) == 0) &&
+                         (reinterpret_cast<uintptr_t>(a.out) % (sizeof(TO) * V)) == 0;
+        const int64_t grid = std::min(a.rows, kMaxGrid);
+        const bool rms = a.kind == NormKind::rmsnorm;
+        if (vec) {
+          norm_fwd_kernel<TX, TP, TO, V><<<static_cast<unsigned>(grid), threads_for(a.cols / V), 0, raw_stream(stream)>>>(
+              static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
+              static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps, rms);
+        } else {
+          norm_fwd_kernel<TX, TP, TO, 1><<<static_cast<unsigned>(grid), threads_for(a.cols), 0, raw_stream(stream)>>>(
+              static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
+              static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps, rms);
+        }
+        TE_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+void norm_backward(const NormBwdArgs& a, const Stream& stream) {
+  int device = 0;
+  TE_CUDA_CHECK(cudaGetDevice(&device));
+  dispatch_hp(a.tx, "norm_backward x", [&](auto tx) {
+    using TX = decltype(tx);
+    dispatch_hp(a.tp, "norm_backward gamma", [&](auto tp) {
+      using TP = decltype(tp);
+      dispatch_hp(a.tdx, "norm_backward dx", [&](auto td) {
+        using TD = decltype(td);
+        constexpr int V = vec_width<TX>();
+        const bool vec = a.cols % V == 0 && aligned16(a.x) && aligned16(a.dy) &&
+                         (reinterpret_cast<uintptr_t>(a.gamma) % (sizeof(TP) * V)) == 0 &&
+                         (reinterpret_cast<uintptr_t>(a.dx) % (sizeof(TD) * V)) == 0;
+        const int64_t grid = std::min(a.rows, kMaxGrid);
+        const int threads = std::min(512, threads_for(vec ? a.cols / V : a.cols));
+        if (vec) {
+          norm_bwd_dx_kernel<TX, TP, TD, V><<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
+              static_cast<const TX*>(a.dy), static_cast<const TX*>(a.x), a.mean, a.rstd,
+              static_cast<const TP*>(a.gamma), static_cast<TD*>(a.dx), a.rows, a.cols);
+        } else {
+          norm_bwd_dx_kernel<TX, TP, TD, 1><<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
+              static_cast<const TX*>(a.dy), static_cast<const TX*>(a.x), a.mean, a.rstd,
+              static_cast<const TP*>(a.gamma), static_cast<TD*>(a.dx), a.rows, a.cols);
+        }
+        TE_CUDA_CHECK_LAUNCH();
+      });
+    });
+    if (a.dgamma || a.dbeta) {
+      GammaBetaTerms<TX> f{static_cast<const TX*>(a.dy), static_cast<const TX*>(a.x), a.mean, a.rstd, a.cols};
+      column_reduce<2>(f, a.rows, a.cols, ColumnOutputs<2>{{a.dgamma, a.dbeta}}, a.tdg, stream, Device::cuda(device));
+    }
+  });
+}
+
+}  // namespace te::cuda

@@ -1,0 +1,132 @@
+// Per-element and per-block steps of every quantize/dequantize kernel, shared verbatim by the CPU reference and
+// the CUDA kernels (TE_HD), so that both perform the same f32 operations in the same order.
+#pragma once
+#include <cfloat>
+#include <cstdint>
+
+#include "engine/element.h"
+#include "ops/quant/quant_kernels.h"
+#include "ops/quant/scale_math.h"
+
+namespace te {
+
+TE_HD float quant_fmt_max(DType data_dtype) {
+  return data_dtype == DType::fp8_e5m2 ? 57344.0f : (data_dtype == DType::fp4_e2m1 ? 6.0f : 448.0f);
+}
+TE_HD uint8_t cast_fp8(float v, DType data_dtype) {
+  return data_dtype == DType::fp8_e5m2 ? e5m2_from_f32(v) : e4m3_from_f32(v);
+}
+TE_HD float fp8_to_f32(uint8_t q, DType data_dtype) {
+  return data_dtype == DType::fp8_e5m2 ? e5m2_to_f32(q) : e4m3_to_f32(q);
+}
+// The block-scaling value_for_inf: largest finite value of the input dtype.
+TE_HD float hp_max_finite(DType in) {
+  return in == DType::bf16 ? f32_from_bits(0x7F7F0000u) : (in == DType::f16 ? 65504.0f : FLT_MAX);
+}
+TE_HD float block_fp8_scale(float amax, const QuantParams& p, DType in) {
+  return compute_scale(amax, quant_fmt_max(p.data_dtype), p.pow2, p.eps, hp_max_finite(in));
+}
+// Per-tensor fp8: the stored (delayed) scale, or the current-scaling scale from the (reduced) amax.
+TE_HD float per_tensor_scale(const QuantParams& p, const float* amax) {
+  return p.scale ? *p.scale : compute_scale(*amax, quant_fmt_max(p.data_dtype), p.pow2, p.eps, FLT_MAX);
+}
+// NVFP4 element code: round to nearest, or stochastic with the Philox uniform of (seed, element index, copy).
+TE_HD uint8_t nvfp4_element(float x, float factor, bool sr, uint64_t seed, uint64_t index, uint32_t copy) {
+  const float v = x * factor;
+  return sr ? e2m1_from_f32_sr(v, sr_uniform(seed, index, copy)) : e2m1_from_f32(v);
+}
+
+// The scale of one block (per-tensor fp8: of the tensor): what multiplies x before the cast, and what is stored.
+struct BlockScale {
+  float factor;     // x * factor is cast to the element format
+  float scale_inv;  // fp8 formats: stored fp32 scale_inv
+  uint8_t code;     // MXFP8: E8M0 byte; NVFP4: E4M3 code of the block decode scale
+};
+// `amax`: the block amax (per tensor: the tensor amax); `s_enc`: NVFP4's global encode scale of this copy.
+TE_HD BlockScale block_scale(const QuantParams& p, DType in, float amax, float s_enc) {
+  BlockScale bs{1.0f, 1.0f, 0};
+  switch (p.format) {
+    case QuantFormat::fp8_per_tensor:
+      bs.factor = p.scale ? *p.scale : compute_scale(amax, quant_fmt_max(p.data_dtype), p.pow2, p.eps, FLT_MAX);
+      bs.scale_inv = 1.0f / bs.factor;
+      break;
+    case QuantFormat::fp8_block_1d:
+    case QuantFormat::fp8_block_2d:
+      bs.factor = block_fp8_scale(amax, p, in);
+      bs.scale_inv = 1.0f / bs.factor;
+      break;
+    case QuantFormat::mxfp8:
+      bs.code = mxfp8_scale_byte(amax, quant_fmt_max(p.data_dtype));
+      bs.factor = mxfp8_encode_factor(bs.code);
+      break;
+    case QuantFormat::nvfp4_1d:
+    case QuantFormat::nvfp4_2d:
+      bs.code = nvfp4_block_scale_code(amax, s_enc);
+      bs.factor = nvfp4_encode_factor(bs.code, 1.0f / s_enc);
+      break;
+  }
+  return bs;
+}
+TE_HD void store_block_scale(const QuantParams& p, void* scale_inv, int64_t index, const BlockScale& bs) {
+  if (p.format == QuantFormat::mxfp8 || p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d)
+    static_cast<uint8_t*>(scale_inv)[index] = bs.code;
+  else
+    static_cast<float*>(scale_inv)[index] = bs.scale_inv;
+}
+// The code of one element (fp4: a nibble). `index` = r * C + c in the copy's view (the SR counter).
+TE_HD uint8_t encode_element(const QuantParams& p, float x, float factor, uint64_t index, uint32_t copy) {
+  if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d)
+    return nvfp4_element(x, factor, p.sr, p.seed, index, copy);
+  return cast_fp8(x * factor, p.data_dtype);
+}
+
+// Delayed scaling after a step (shared/NUMERICS.md §2): a non-zero step amax enters the history; the new scale
+// is fmt_max * 2^-margin / amax(history) when that is finite and > 0 (Inf → FLT_MAX), else unchanged.
+TE_HD void delayed_scale_update(const DelayedUpdateArgs& a) {
+  const float step = *a.step_amax;
+  if (step > 0.0f) {
+    a.history[*a.count % a.len] = step;
+    *a.count += 1;
+  }
+  float h = 0.0f;
+  const int64_t n = *a.count < a.len ? *a.count : a.len;
+  if (n > 0) {
+    if (a.most_recent) {
+      h = a.history[(*a.count - 1) % a.len];
+    } else {
+      for (int64_t i = 0; i < n; ++i) h = amax_fold(h, a.history[i]);
+    }
+  }
+  if (h > 0.0f && h <= FLT_MAX) {
+    float s = ldexpf(a.fmt_max, -a.margin) / h;
+    if (s > FLT_MAX) s = FLT_MAX;
+    *a.scale = s;
+  }
+  *a.step_amax = 0.0f;
+}
+
+// The value of A[r][c] of one copy, before undoing any RHT.
+TE_HD float dequant_element(const DequantArgs& a, int64_t r, int64_t c) {
+  const CopyLayout& L = a.layout;
+  const int64_t di = data_offset(L, r, c);
+  const int64_t b = L.block ? c / L.block : 0;
+  const int64_t si = scale_offset(L, r, b);
+  switch (a.format) {
+    case QuantFormat::fp8_per_tensor:
+    case QuantFormat::fp8_block_1d:
+    case QuantFormat::fp8_block_2d:
+      return fp8_to_f32(a.data[di], a.data_dtype) * static_cast<const float*>(a.scale_inv)[si];
+    case QuantFormat::mxfp8:
+      return fp8_to_f32(a.data[di], a.data_dtype) * e8m0_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]);
+    case QuantFormat::nvfp4_1d:
+    case QuantFormat::nvfp4_2d: {
+      const uint8_t byte = a.data[di >> 1];
+      const float q = e2m1_to_f32((di & 1) ? (byte >> 4) : (byte & 0xF));
+      const float s_dec = 1.0f / nvfp4_global_encode_scale(*a.amax);
+      return q * e4m3_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]) * s_dec;
+    }
+  }
+  return 0.f;
+}
+
+}  // namespace te

@@ -1,0 +1,129 @@
+// CPU reference quantizers: plain loops over the view of each copy, written for reading. They are the oracle the
+// CUDA kernels must match bit for bit; all per-element and per-block arithmetic comes from quant_block.h.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/element.h"
+#include "engine/error.h"
+#include "ops/quant/quant_block.h"
+#include "ops/quant/quant_kernels.h"
+
+namespace te {
+namespace {
+
+bool is_fp4(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
+
+// x as a dense f32 matrix [M, K] (exact: bf16/f16 widen without rounding).
+std::vector<float> load_matrix(const QuantInput& x) {
+  std::vector<float> X(static_cast<size_t>(x.M * x.K));
+  for (int64_t m = 0; m < x.M; ++m)
+    for (int64_t k = 0; k < x.K; ++k) X[m * x.K + k] = load_f32(x.data, x.dtype, m * x.stride_m + k * x.stride_k);
+  return X;
+}
+
+// The matrix A [R, C] that one copy quantizes along C: x itself, or xᵀ for the column-wise copy, optionally with
+// the Hadamard transform applied to each full group of 16 along C (a trailing partial group is left as is).
+std::vector<float> copy_view(const std::vector<float>& X, int64_t M, int64_t K, bool columnwise, bool rht) {
+  if (!columnwise) return X;
+  std::vector<float> A(X.size());  // [K, M]
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) A[k * M + m] = X[m * K + k];
+  if (rht) {
+    for (int64_t r = 0; r < K; ++r)
+      for (int64_t c0 = 0; c0 + 16 <= M; c0 += 16) {
+        float y[16];
+        rht16_forward(&A[r * M + c0], y);
+        std::copy(y, y + 16, &A[r * M + c0]);
+      }
+  }
+  return A;
+}
+
+float amax_of(const std::vector<float>& v) {
+  float a = 0.f;
+  for (float x : v) a = amax_fold(a, x);
+  return a;
+}
+
+// Quantizes A [R, C] into one copy. Block amax: 1D over the block's elements of row r; 2D over the B x B tile.
+void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, float copy_amax,
+                   const QuantCopyOut& out, uint32_t copy) {
+  const CopyLayout& L = out.layout;
+  const int64_t R = L.R, C = L.C, B = L.block ? L.block : std::max<int64_t>(C, 1), nb = L.blocks_per_row();
+  if (L.fp4) std::memset(out.data, 0, static_cast<size_t>(dtype_storage_bytes(DType::fp4_e2m1, R * L.data_ld)));
+  const float s_enc = is_fp4(p.format) ? nvfp4_global_encode_scale(copy_amax) : 1.0f;
+  if (p.format == QuantFormat::fp8_per_tensor)  // written even for an empty tensor
+    store_block_scale(p, out.scale_inv, 0, block_scale(p, in, copy_amax, s_enc));
+
+  // Amax of every block (2D: every tile, indexed by its first row's tile).
+  std::vector<float> block_amax(static_cast<size_t>(R * nb), 0.f);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t owner = L.two_d ? (r / B) * B : r;  // the row that holds the tile's amax
+      float& a = block_amax[owner * nb + c / B];
+      a = amax_fold(a, A[r * C + c]);
+    }
+
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t owner = L.two_d ? (r / B) * B : r;
+      const float amax = p.format == QuantFormat::fp8_per_tensor ? copy_amax : block_amax[owner * nb + b];
+      const BlockScale bs = block_scale(p, in, amax, s_enc);
+      store_block_scale(p, out.scale_inv, scale_offset(L, r, b), bs);
+      for (int64_t c = b * B; c < std::min(C, (b + 1) * B); ++c) {
+        const uint8_t q = encode_element(p, A[r * C + c], bs.factor, static_cast<uint64_t>(r * C + c), copy);
+        const int64_t i = data_offset(L, r, c);
+        if (L.fp4)
+          out.data[i >> 1] |= static_cast<uint8_t>((i & 1) ? q << 4 : q);
+        else
+          out.data[i] = q;
+      }
+    }
+}
+
+}  // namespace
+
+void quant_amax_ref(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
+                    const Stream&) {
+  const std::vector<float> X = load_matrix(x);
+  *amax_out = amax_fold(*amax_out, amax_of(X));
+  if (col_amax_out) {
+    const std::vector<float> A = copy_view(X, x.M, x.K, true, p.rht);
+    *col_amax_out = amax_fold(*col_amax_out, amax_of(A));
+  }
+}
+
+void quantize_ref(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream&) {
+  const std::vector<float> X = load_matrix(x);  // [M, K] f32
+  const float row_amax = out.row_amax ? *out.row_amax : 0.f;
+  if (p.rowwise) quantize_copy(X, p, x.dtype, row_amax, out.row, 0);
+  if (p.columnwise) {
+    const std::vector<float> A = copy_view(X, x.M, x.K, true, p.rht);  // [K, M]
+    quantize_copy(A, p, x.dtype, out.col_amax ? *out.col_amax : row_amax, out.col, 1);
+  }
+}
+
+void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stream&) {
+  const CopyLayout& L = a.layout;
+  std::vector<float> A(static_cast<size_t>(L.R * L.C));  // the copy's view [R, C]
+  for (int64_t r = 0; r < L.R; ++r)
+    for (int64_t c = 0; c < L.C; ++c) A[r * L.C + c] = dequant_element(a, r, c);
+  if (a.rht) {
+    for (int64_t r = 0; r < L.R; ++r)
+      for (int64_t c0 = 0; c0 + 16 <= L.C; c0 += 16) {
+        float v[16];
+        rht16_inverse(&A[r * L.C + c0], v);
+        std::copy(v, v + 16, &A[r * L.C + c0]);
+      }
+  }
+  for (int64_t m = 0; m < a.M; ++m)
+    for (int64_t k = 0; k < a.K; ++k)
+      store_f32(out, out_dtype, m * a.K + k, a.columnwise ? A[k * L.C + m] : A[m * L.C + k]);
+}
+
+void fold_max_ref(float* dst, const float* src, const Stream&) { *dst = amax_fold(*dst, *src); }
+
+void delayed_update_ref(const DelayedUpdateArgs& a, const Stream&) { delayed_scale_update(a); }
+
+}  // namespace te

@@ -1,0 +1,176 @@
+// Quantizer: validates, collapses x to a 2-D strided view, allocates the copies (scale padding zeroed), runs the
+// amax → AmaxReducer → cast sequence of the format, and keeps the delayed-scaling state.
+#include "ops/quant/quantizer.h"
+
+#include <cfloat>
+
+#include "engine/error.h"
+#include "ops/quant/quant_kernels.h"
+
+namespace te {
+namespace {
+
+bool is_fp4_format(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
+
+// [.., K] as [M, K] with one row stride when the leading dims collapse; otherwise undefined.
+bool collapse_2d(const Tensor& x, QuantInput& in) {
+  const int d = x.dim();
+  in.K = x.size(-1);
+  in.stride_k = x.stride(-1);
+  in.M = 1;
+  in.stride_m = in.K;  // any value works for a single row
+  int64_t expect = -1;  // the stride the next outer non-trivial dim must have
+  bool first = true;
+  for (int i = d - 2; i >= 0; --i) {
+    if (x.size(i) == 1) continue;
+    if (first) {
+      in.stride_m = x.stride(i);
+      first = false;
+    } else if (x.stride(i) != expect) {
+      return false;
+    }
+    expect = x.stride(i) * x.size(i);
+    in.M *= x.size(i);
+  }
+  for (int i = 0; i < d - 1; ++i)
+    if (x.size(i) == 0) in.M = 0;
+  return true;
+}
+
+}  // namespace
+
+Quantizer::Quantizer(QuantizerConfig config, Usage usages) : config_(config), usages_(usages) {
+  const QuantFormat f = config_.format;
+  if (is_fp4_format(f)) {
+    config_.data_dtype = DType::fp4_e2m1;
+  } else {
+    TE_CHECK_HINT(config_.data_dtype == DType::fp8_e4m3 || config_.data_dtype == DType::fp8_e5m2,
+                  "quantizer " << quant_format_name(f) << ": data dtype " << dtype_name(config_.data_dtype)
+                               << " is not an fp8 type",
+                  "use fp8_e4m3 or fp8_e5m2");
+  }
+  TE_CHECK_HINT(!config_.random_hadamard || f == QuantFormat::nvfp4_1d,
+                "random_hadamard is only defined for nvfp4_1d (got " << quant_format_name(f) << ")",
+                "turn random_hadamard off for this tensor's quantizer");
+  TE_CHECK_HINT(!config_.stochastic_rounding || is_fp4_format(f),
+                "stochastic_rounding is only defined for NVFP4 (got " << quant_format_name(f) << ")",
+                "turn stochastic_rounding off for this tensor's quantizer");
+  TE_CHECK(config_.amax_history_len >= 1,
+           "delayed scaling needs amax_history_len >= 1 (got " << config_.amax_history_len << ")");
+}
+
+bool Quantizer::can_gather_quantized(const Shape& local_shape, Usage usages) const {
+  const QuantFormatInfo& info = quant_format_info(config_.format);
+  if (info.block == 0) return true;  // per tensor: once the scale is shared
+  int64_t m = 1;
+  for (size_t i = 0; i + 1 < local_shape.size(); ++i) m *= local_shape[i];
+  const bool m_aligned = m % info.block == 0;  // M = 0 is aligned
+  if (has_usage(usages, Usage::columnwise) && !m_aligned) return false;
+  if (info.two_d && has_usage(usages, Usage::rowwise) && !m_aligned) return false;
+  return true;
+}
+
+void Quantizer::ensure_delayed_state(Device device, const Stream& stream) {
+  if (scale_.defined() && scale_.device() == device) return;
+  if (scale_.defined()) {  // the state follows the tensors to a new device
+    scale_ = scale_.to(device, stream);
+    amax_history_ = amax_history_.to(device, stream);
+    step_amax_ = step_amax_.to(device, stream);
+    history_count_ = history_count_.to(device, stream);
+    return;
+  }
+  scale_ = Tensor::zeros({1}, DType::f32, device, stream);
+  scale_.fill(1.0, stream);
+  amax_history_ = Tensor::zeros({config_.amax_history_len}, DType::f32, device, stream);
+  step_amax_ = Tensor::zeros({1}, DType::f32, device, stream);
+  history_count_ = Tensor::zeros({1}, DType::i64, device, stream);
+}
+
+QuantizedTensor Quantizer::quantize(const Tensor& x_in, const Stream& stream, const AmaxReducer& reduce) {
+  const QuantFormat f = config_.format;
+  TE_CHECK_HINT(x_in.defined() && x_in.dim() >= 1 && is_high_precision(x_in.dtype()),
+                "quantize " << quant_format_name(f) << ": input " << (x_in.defined() ? x_in.str() : "undefined")
+                            << " must be an f32/bf16/f16 tensor of at least one dim",
+                "cast the input to bf16/f16/f32 first");
+  TE_CHECK(usages_ != Usage::none, "quantize " << quant_format_name(f) << ": no usage requested for " << x_in.str());
+  QuantInput in;
+  Tensor x = x_in;
+  if (!collapse_2d(x, in)) {  // leading dims that no single stride describes: one copy makes them contiguous
+    x = x_in.contiguous(stream);
+    collapse_2d(x, in);
+  }
+  in.data = x.data_ptr();
+  in.dtype = x.dtype();
+  const Device dev = x.device();
+  const QuantKernelEntry& k = quant_kernels(f, dev.kind);
+
+  QuantParams p;
+  p.format = f;
+  p.data_dtype = config_.data_dtype;
+  p.rowwise = has_usage(usages_, Usage::rowwise);
+  p.columnwise = has_usage(usages_, Usage::columnwise);
+  p.pow2 = config_.pow2_scales;
+  p.eps = config_.eps;
+  p.rht = config_.random_hadamard;
+  p.sr = config_.stochastic_rounding;
+  p.seed = config_.seed;
+
+  QuantizedTensor qt;
+  qt.format = f;
+  qt.shape = x_in.shape();
+  qt.original_dtype = x_in.dtype();
+  qt.data_dtype = config_.data_dtype;
+  qt.columnwise_rht = p.columnwise && p.rht;
+  const DType scale_dtype = quant_format_info(f).scale_dtype;
+
+  QuantOutputs out;
+  auto make_copy = [&](Usage u, Tensor& data, Tensor& scale, QuantCopyOut& o) {
+    o.layout = copy_layout(f, u, in.M, in.K);
+    data = Tensor::empty(copy_data_shape(o.layout), config_.data_dtype, dev, stream);
+    scale = Tensor::zeros(copy_scale_shape(o.layout), scale_dtype, dev, stream);  // padding stays zero
+    o.data = data.data<uint8_t>();
+    o.scale_inv = scale.data_ptr();
+  };
+  if (p.rowwise) make_copy(Usage::rowwise, qt.rowwise_data, qt.rowwise_scale_inv, out.row);
+  if (p.columnwise) make_copy(Usage::columnwise, qt.columnwise_data, qt.columnwise_scale_inv, out.col);
+
+  if (f == QuantFormat::fp8_per_tensor) {
+    Tensor amax = Tensor::zeros({1}, DType::f32, dev, stream);  // [1] max|x| of this tensor
+    k.amax(in, p, amax.data<float>(), nullptr, stream);
+    if (config_.scaling == ScalingKind::delayed) {
+      ensure_delayed_state(dev, stream);
+      k.fold_max(step_amax_.data<float>(), amax.data<float>(), stream);
+      p.scale = scale_.data<float>();
+    } else if (reduce) {
+      reduce(amax, stream);
+    }
+    qt.rowwise_amax = qt.columnwise_amax = amax;
+    out.row_amax = out.col_amax = amax.data<float>();
+  } else if (is_fp4_format(f)) {
+    Tensor amax = Tensor::zeros({1}, DType::f32, dev, stream);
+    Tensor col_amax = qt.columnwise_rht ? Tensor::zeros({1}, DType::f32, dev, stream) : amax;
+    k.amax(in, p, amax.data<float>(), qt.columnwise_rht ? col_amax.data<float>() : nullptr, stream);
+    if (reduce) {
+      reduce(amax, stream);
+      if (qt.columnwise_rht) reduce(col_amax, stream);
+    }
+    if (p.rowwise) qt.rowwise_amax = amax;
+    if (p.columnwise) qt.columnwise_amax = col_amax;
+    out.row_amax = amax.data<float>();
+    out.col_amax = col_amax.data<float>();
+  }
+  k.cast(in, p, out, stream);
+  return qt;
+}
+
+void Quantizer::update_scale_after_step(const Stream& stream, const AmaxReducer& reduce) {
+  if (config_.format != QuantFormat::fp8_per_tensor || config_.scaling != ScalingKind::delayed) return;
+  if (!scale_.defined()) return;  // nothing quantized yet
+  if (reduce) reduce(step_amax_, stream);
+  DelayedUpdateArgs a{amax_history_.data<float>(), history_count_.data<int64_t>(), step_amax_.data<float>(),
+                      scale_.data<float>(),        config_.amax_history_len,       config_.amax_algo == AmaxAlgo::most_recent,
+                      static_cast<float>(dtype_info(config_.data_dtype).max_finite), config_.margin};
+  quant_kernels(config_.format, scale_.device().kind).delayed_update(a, stream);
+}
+
+}  // namespace te

@@ -1,0 +1,111 @@
+// TCP rendezvous: a 128-byte blob (the size of an ncclUniqueId) reaches every rank over loopback; a peer that never
+// connects, or a master that never listens, is an error within the timeout.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "comm/tcp_rendezvous.h"
+#include "engine/error.h"
+
+namespace te {
+namespace {
+
+int free_port() {  // ask the kernel for a free port, then release it for the test to bind
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  socklen_t len = sizeof(sa);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
+class TcpBroadcast : public ::testing::TestWithParam<int> {};
+
+TEST_P(TcpBroadcast, EveryRankReceivesTheBlob) {
+  const int world = GetParam();
+  const int port = free_port();
+  std::vector<uint8_t> blob(128);
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<uint8_t>(i * 37 + 11);
+  std::vector<std::vector<uint8_t>> got(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = world - 1; r >= 0; --r)  // peers start before the master: they must retry until it listens
+    threads.emplace_back([&, r] {
+      try {
+        TcpRendezvousOptions o;
+        o.port = port;
+        o.rank = r;
+        o.world = world;
+        o.timeout = std::chrono::milliseconds(10000);
+        got[r] = tcp_broadcast_blob(o, r == 0 ? blob : std::vector<uint8_t>{});
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(got[r], blob) << "rank " << r;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Worlds, TcpBroadcast, ::testing::Values(1, 2, 4, 8));
+
+TEST(TcpRendezvousTimeout, MasterFailsWhenAPeerNeverConnects) {
+  TcpRendezvousOptions o;
+  o.port = free_port();
+  o.rank = 0;
+  o.world = 3;
+  o.timeout = std::chrono::milliseconds(300);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread peer([&] {  // one of the two peers arrives
+    TcpRendezvousOptions p = o;
+    p.rank = 1;
+    try {
+      tcp_broadcast_blob(p, {});
+    } catch (const Error&) {
+    }
+  });
+  EXPECT_THROW(tcp_broadcast_blob(o, std::vector<uint8_t>(128, 1)), Error);
+  peer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
+TEST(TcpRendezvousTimeout, PeerFailsWhenTheMasterNeverListens) {
+  TcpRendezvousOptions o;
+  o.port = free_port();
+  o.rank = 2;
+  o.world = 3;
+  o.timeout = std::chrono::milliseconds(300);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(tcp_broadcast_blob(o, {}), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
+TEST(TcpRendezvousEnv, ReadsTheLaunchVariables) {
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29511", 1);
+  int local = -1;
+  TcpRendezvousOptions o = rendezvous_options_from_env(&local);
+  EXPECT_EQ(o.rank, 2);
+  EXPECT_EQ(o.world, 4);
+  EXPECT_EQ(local, 1);
+  EXPECT_EQ(o.port, 29511);
+  setenv("RANK", "4", 1);
+  EXPECT_THROW(rendezvous_options_from_env(), InputError);
+  unsetenv("RANK");
+  EXPECT_THROW(rendezvous_options_from_env(), InputError);
+  for (const char* v : {"WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+}
+
+}  // namespace
+}  // namespace te
