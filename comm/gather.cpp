@@ -192,13 +192,13 @@ QuantizedTensor quantize_for(Quantizer& q, const Tensor& x, Usage u, const Strea
 
 }  // namespace
 
-std::string_view gather_path_name(GatherPath p) {
+std::string_view gather_route_name(GatherRoute p) {
   switch (p) {
-    case GatherPath::none: return "none";
-    case GatherPath::local: return "local";
-    case GatherPath::quantized: return "quantized";
-    case GatherPath::fallback: return "fallback";
-    case GatherPath::high_precision: return "high_precision";
+    case GatherRoute::none: return "none";
+    case GatherRoute::local: return "local";
+    case GatherRoute::quantized: return "quantized";
+    case GatherRoute::fallback: return "fallback";
+    case GatherRoute::high_precision: return "high_precision";
   }
   return "?";
 }
@@ -210,7 +210,7 @@ AmaxReducer amax_reducer(Communicator& comm) {
 GatherPlan plan_gather(const Shape& local_shape, const Quantizer* q, Usage usages, int world, Usage input_usages) {
   GatherPlan plan;
   if (!q) {
-    plan.tensor_path = world == 1 ? GatherPath::local : GatherPath::high_precision;
+    plan.tensor_path = world == 1 ? GatherRoute::local : GatherRoute::high_precision;
     return plan;
   }
   if (usages == Usage::none) usages = q->usages();
@@ -220,20 +220,20 @@ GatherPlan plan_gather(const Shape& local_shape, const Quantizer* q, Usage usage
     if (!has_usage(usages, u)) continue;
     UsagePath& p = u == Usage::rowwise ? plan.rowwise : plan.columnwise;
     if (world == 1) {
-      p.path = GatherPath::local;
+      p.path = GatherRoute::local;
       continue;
     }
     p.reason = not_gatherable_reason(*q, local_shape, u);
     if (p.reason.empty() && quantized_input && !has_usage(input_usages, u))
       p.reason = TE_STR_("the quantized input has no " << usage_name(u) << " copy");
-    p.path = p.reason.empty() ? GatherPath::quantized : GatherPath::fallback;
-    any_fallback |= p.path == GatherPath::fallback;
+    p.path = p.reason.empty() ? GatherRoute::quantized : GatherRoute::fallback;
+    any_fallback |= p.path == GatherRoute::fallback;
   }
   // A high-precision input that needs the fallback for one usage gathers once in high precision for both.
   if (any_fallback && !quantized_input)
     for (UsagePath* p : {&plan.rowwise, &plan.columnwise})
-      if (p->path == GatherPath::quantized) {
-        p->path = GatherPath::fallback;
+      if (p->path == GatherRoute::quantized) {
+        p->path = GatherRoute::fallback;
         p->reason = "shares the high-precision gather of the other usage (one gather serves both)";
       }
   return plan;
@@ -324,8 +324,8 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
 
   Usage qset = Usage::none, fset = Usage::none;
   for (Usage u : {Usage::rowwise, Usage::columnwise}) {
-    if (res.plan.of(u).path == GatherPath::quantized) qset = qset | u;
-    if (res.plan.of(u).path == GatherPath::fallback) fset = fset | u;
+    if (res.plan.of(u).path == GatherRoute::quantized) qset = qset | u;
+    if (res.plan.of(u).path == GatherRoute::fallback) fset = fset | u;
   }
   out.qt.format = q->config().format;
   out.qt.shape = out_shape;

@@ -26,24 +26,24 @@
 
 namespace te {
 
-enum class GatherPath : uint8_t {
+enum class GatherRoute : uint8_t {
   none,            // usage not requested
   local,           // world size 1: quantized (or returned) locally, no communication
   quantized,       // gathered in the quantized format
   fallback,        // gathered in the original precision, then quantized once
   high_precision,  // no quantizer: a plain gather of the tensor
 };
-std::string_view gather_path_name(GatherPath p);
+std::string_view gather_route_name(GatherRoute p);
 
 struct UsagePath {
-  GatherPath path = GatherPath::none;
+  GatherRoute path = GatherRoute::none;
   std::string reason;  // why the fallback (empty on the quantized path)
 };
 
 // What the gather of one tensor does, per usage; computed before anything runs (the graph prints it).
 struct GatherPlan {
   UsagePath rowwise, columnwise;
-  GatherPath tensor_path = GatherPath::none;  // without a quantizer: local or high_precision
+  GatherRoute tensor_path = GatherRoute::none;  // without a quantizer: local or high_precision
   const UsagePath& of(Usage u) const { return u == Usage::rowwise ? rowwise : columnwise; }
 };
 

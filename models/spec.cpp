@@ -1,6 +1,8 @@
 #include "models/spec.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -49,6 +51,12 @@ std::string_view name_of(const Table<E>& t, E v) {
 // Upper bounds keep every product of sizes far from int64 overflow downstream.
 constexpr int64_t kMaxFeatures = int64_t{1} << 20;
 constexpr int64_t kMaxTokens = int64_t{1} << 30;
+
+std::string fmt_num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
@@ -263,12 +271,13 @@ void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
     v = read_float(c, f.get(key), f.sub(key));
     if (v < 0 || (!zero_ok && v == 0) || v >= upper)
       c.fail(f.get(key), f.sub(key),
-             "must be in " + std::string(zero_ok ? "[0, " : "(0, ") + (upper > 1e300 ? "inf" : std::to_string(upper)) +
+             "must be in " + std::string(zero_ok ? "[0, " : "(0, ") + (std::isinf(upper) ? std::string("inf") : fmt_num(upper)) +
                  "), got " + f.get(key).Scalar(),
              key == "lr" ? "e.g. lr: 1.0e-3" : "see the optimizer's documentation");
   };
-  positive("lr", o.lr, false, 1e300);
-  positive("weight_decay", o.weight_decay, true, 1e300);
+  const double inf = std::numeric_limits<double>::infinity();
+  positive("lr", o.lr, false, inf);
+  positive("weight_decay", o.weight_decay, true, inf);
   if (f.has("momentum") && o.type != OptimizerType::sgd)
     c.fail(f.get("momentum"), f.sub("momentum"), "applies only to optimizer sgd (adamw uses betas)",
            "remove it or set run.optimizer.type: sgd");

@@ -99,12 +99,12 @@ int64_t read_int(const Ctx& c, const YAML::Node& n, const std::string& path, int
              hint);
   }
   if (!ok) c.fail(n, path, "expected an integer, got " + describe(n), hint);
-  if (v < min || v > max) {
-    std::string range = min == 1 && max == INT64_MAX ? "a positive integer"
-                        : min == 0 && max == INT64_MAX ? "a non-negative integer"
-                        : "an integer in " + std::to_string(min) + ".." + std::to_string(max);
-    c.fail(n, path, "must be " + range + ", got " + std::to_string(v), hint);
-  }
+  if (v < min)
+    c.fail(n, path,
+           std::string(min == 1 ? "must be a positive integer" : "must be ≥ " + std::to_string(min)) + ", got " +
+               std::to_string(v),
+           hint);
+  if (v > max) c.fail(n, path, "must be at most " + std::to_string(max) + ", got " + std::to_string(v), hint);
   return v;
 }
 

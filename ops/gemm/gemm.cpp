@@ -125,6 +125,14 @@ void gemm(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out
                           << "] f32/bf16/f16 on " << dev.str(),
                   "bias has one value per output column");
   }
+  if (a.is_quantized() && b.is_quantized()) {
+    // Hopper has no 128x128 × 128x128 kernel; rejected on every device so CPU and GPU accept the same calls.
+    TE_CHECK_HINT(!(a.quantized().format == QuantFormat::fp8_block_2d &&
+                    b.quantized().format == QuantFormat::fp8_block_2d),
+                  "GEMM " << gemm_role_name(role) << ": fp8 block 2D × 2D (" << a.str() << ", " << b.str()
+                          << ") is not supported",
+                  "quantize activations and gradients with 1x128 (fp8_block_1d) scales; only weights use 2D");
+  }
   ctx.mutable_stats().calls++;
   if (s.P == 0 || s.Q == 0) return;
   if (dev.is_cpu()) {

@@ -498,10 +498,6 @@ void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor
   }
   if (a.is_quantized() && b.is_quantized()) {
     const QuantFormat fa = a.quantized().format, fb = b.quantized().format;
-    TE_CHECK_HINT(!(fa == QuantFormat::fp8_block_2d && fb == QuantFormat::fp8_block_2d),
-                  "GEMM " << gemm_role_name(role) << ": fp8 block 2D × 2D (" << a.str() << ", " << b.str()
-                          << ") is not supported on Hopper",
-                  "quantize activations and gradients with 1x128 (fp8_block_1d) scales; only weights use 2D");
     if ((fa == QuantFormat::fp8_per_tensor && fb == QuantFormat::fp8_per_tensor) || (is_block(fa) && is_block(fb))) {
       run_fp8(ctx, a, b, role, out, opts, stream);
       return;

@@ -73,9 +73,9 @@ std::string case_name(const ::testing::TestParamInfo<GatherCase>& i) {
 }
 
 // §4, written independently of plan_gather: which path a usage must take.
-GatherPath expected_path(const GatherCase& c, Usage u) {
-  if (!has_usage(c.usages, u)) return GatherPath::none;
-  if (c.world == 1) return GatherPath::local;
+GatherRoute expected_path(const GatherCase& c, Usage u) {
+  if (!has_usage(c.usages, u)) return GatherRoute::none;
+  if (c.world == 1) return GatherRoute::local;
   const QuantizerConfig& q = formats()[c.format].config;
   const QuantFormatInfo& info = quant_format_info(q.format);
   auto gatherable = [&](Usage v) {
@@ -84,10 +84,10 @@ GatherPath expected_path(const GatherCase& c, Usage u) {
     if (v == Usage::rowwise && !info.two_d) return true;
     return c.local_m % info.block == 0;
   };
-  if (c.input == InputKind::quantized) return gatherable(u) ? GatherPath::quantized : GatherPath::fallback;
+  if (c.input == InputKind::quantized) return gatherable(u) ? GatherRoute::quantized : GatherRoute::fallback;
   for (Usage v : {Usage::rowwise, Usage::columnwise})
-    if (has_usage(c.usages, v) && !gatherable(v)) return GatherPath::fallback;
-  return GatherPath::quantized;
+    if (has_usage(c.usages, v) && !gatherable(v)) return GatherRoute::fallback;
+  return GatherRoute::quantized;
 }
 
 std::vector<uint8_t> bytes(const Tensor& t) {
@@ -191,15 +191,15 @@ void run_case(const GatherCase& c) {
     EXPECT_EQ(o.qt.original_dtype, DType::bf16) << tag;
     bool any_fallback = false;
     for (Usage u : {Usage::rowwise, Usage::columnwise}) {
-      const GatherPath want_path = expected_path(c, u);
+      const GatherRoute want_path = expected_path(c, u);
       EXPECT_EQ(o.plan.of(u).path, want_path) << tag << " " << usage_name(u) << ": " << o.plan.of(u).reason;
       if (!has_usage(c.usages, u)) {
         EXPECT_FALSE((u == Usage::rowwise ? o.qt.rowwise_data : o.qt.columnwise_data).defined()) << tag;
         continue;
       }
-      any_fallback |= want_path == GatherPath::fallback;
-      if (want_path == GatherPath::fallback) EXPECT_FALSE(o.plan.of(u).reason.empty()) << tag;
-      const bool deq_ref = c.input == InputKind::quantized && want_path == GatherPath::fallback;
+      any_fallback |= want_path == GatherRoute::fallback;
+      if (want_path == GatherRoute::fallback) EXPECT_FALSE(o.plan.of(u).reason.empty()) << tag;
+      const bool deq_ref = c.input == InputKind::quantized && want_path == GatherRoute::fallback;
       expect_same_usage(o.qt, deq_ref ? ref_deq : ref, u, tag + " " + std::string(usage_name(u)));
     }
     if (W == 1) continue;
@@ -209,7 +209,7 @@ void run_case(const GatherCase& c) {
     EXPECT_EQ(o.metrics.gather_fallback.calls, any_fallback ? 1 : 0) << tag;
     EXPECT_EQ(o.metrics.gather_quantized.bytes, o.quantized_bytes) << tag;
     // Quantized row-wise only: data (1 B/element fp8, 0.5 fp4) plus scales.
-    if (c.usages == Usage::rowwise && expected_path(c, Usage::rowwise) == GatherPath::quantized) {
+    if (c.usages == Usage::rowwise && expected_path(c, Usage::rowwise) == GatherRoute::quantized) {
       const int64_t scale_bytes = qc.format == QuantFormat::fp8_per_tensor ? 0 : o.qt.rowwise_scale_inv.nbytes();
       EXPECT_EQ(o.quantized_bytes, o.qt.rowwise_data.nbytes() + scale_bytes) << tag;
       const double per_elem = qc.data_dtype == DType::fp4_e2m1 ? 0.5 : 1.0;
@@ -290,18 +290,18 @@ TEST(GatherPlan, NamesTheReasonAndLogsOncePerCallSite) {
 TEST(GatherPlan, FollowsSection4) {
   Quantizer b1(formats()[2].config, Usage::both), b2(formats()[3].config, Usage::both), mx(formats()[4].config,
                                                                                             Usage::both);
-  EXPECT_EQ(plan_gather({250, 4096}, &b1, Usage::rowwise, 4).rowwise.path, GatherPath::quantized);
-  EXPECT_EQ(plan_gather({250, 4096}, &b2, Usage::rowwise, 4).rowwise.path, GatherPath::fallback);
-  EXPECT_EQ(plan_gather({256, 100}, &b2, Usage::both, 4).columnwise.path, GatherPath::quantized);
-  EXPECT_EQ(plan_gather({2, 16, 4096}, &mx, Usage::columnwise, 2).columnwise.path, GatherPath::quantized);
-  EXPECT_EQ(plan_gather({2, 8, 4096}, &mx, Usage::columnwise, 2).columnwise.path, GatherPath::fallback);
+  EXPECT_EQ(plan_gather({250, 4096}, &b1, Usage::rowwise, 4).rowwise.path, GatherRoute::quantized);
+  EXPECT_EQ(plan_gather({250, 4096}, &b2, Usage::rowwise, 4).rowwise.path, GatherRoute::fallback);
+  EXPECT_EQ(plan_gather({256, 100}, &b2, Usage::both, 4).columnwise.path, GatherRoute::quantized);
+  EXPECT_EQ(plan_gather({2, 16, 4096}, &mx, Usage::columnwise, 2).columnwise.path, GatherRoute::quantized);
+  EXPECT_EQ(plan_gather({2, 8, 4096}, &mx, Usage::columnwise, 2).columnwise.path, GatherRoute::fallback);
   const GatherPlan mixed = plan_gather({250, 128}, &b1, Usage::both, 2);
-  EXPECT_EQ(mixed.rowwise.path, GatherPath::fallback);
-  EXPECT_EQ(mixed.columnwise.path, GatherPath::fallback);
+  EXPECT_EQ(mixed.rowwise.path, GatherRoute::fallback);
+  EXPECT_EQ(mixed.columnwise.path, GatherRoute::fallback);
   const GatherPlan mixed_q = plan_gather({250, 128}, &b1, Usage::both, 2, Usage::both);
-  EXPECT_EQ(mixed_q.rowwise.path, GatherPath::quantized);
-  EXPECT_EQ(mixed_q.columnwise.path, GatherPath::fallback);
-  EXPECT_EQ(plan_gather({250, 128}, nullptr, Usage::none, 2).tensor_path, GatherPath::high_precision);
+  EXPECT_EQ(mixed_q.rowwise.path, GatherRoute::quantized);
+  EXPECT_EQ(mixed_q.columnwise.path, GatherRoute::fallback);
+  EXPECT_EQ(plan_gather({250, 128}, nullptr, Usage::none, 2).tensor_path, GatherRoute::high_precision);
 }
 
 TEST(GatherHighPrecision, PlainTensorGatherKeepsDtypeAndLeadingDims) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/gpu.h"
+#include "engine/error.h"
 #include "engine/tensor.h"
 
 namespace te::test {

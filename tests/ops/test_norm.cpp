@@ -119,7 +119,9 @@ TEST_P(NormTest, ForwardAndBackwardMatchFloat64) {
   const double tol = tol_for(c.tout);
   EXPECT_LE(rel_l2(r.y, f.out.to_f32_vector()), tol);
   EXPECT_LE(rel_l2(r.rstd, f.rstd.to_f32_vector()), kTolF32);
-  if (ln) EXPECT_LE(rel_l2(r.mean, f.mean.to_f32_vector()), kTolF32);
+  if (ln) {
+    EXPECT_LE(rel_l2(r.mean, f.mean.to_f32_vector()), kTolF32);
+  }
 
   const Tensor dy = random_2d(c.M, c.H, c.tx, 31 + c.M, dev, c.layout);
   NormBackward b = norm_backward(c.kind, dy, x, f.mean, f.rstd, gamma);
@@ -127,7 +129,9 @@ TEST_P(NormTest, ForwardAndBackwardMatchFloat64) {
   const double btol = tol_for({c.tx, c.tp});
   EXPECT_LE(rel_l2(rb.dx, b.dx.to_f32_vector()), btol);
   EXPECT_LE(rel_l2(rb.dg, b.dgamma.to_f32_vector()), tol_for(c.tp));
-  if (ln) EXPECT_LE(rel_l2(rb.db, b.dbeta.to_f32_vector()), tol_for(c.tp));
+  if (ln) {
+    EXPECT_LE(rel_l2(rb.db, b.dbeta.to_f32_vector()), tol_for(c.tp));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, NormTest, ::testing::ValuesIn(norm_cases()), case_name);
@@ -176,7 +180,9 @@ TEST_P(NormGradCheck, BackwardMatchesFiniteDifferences) {
   };
   EXPECT_LE(rel_l2(fd(xd), b.dx.to_f32_vector()), kTolFiniteDiff);
   EXPECT_LE(rel_l2(fd(gd), b.dgamma.to_f32_vector()), kTolFiniteDiff);
-  if (ln) EXPECT_LE(rel_l2(fd(bd), b.dbeta.to_f32_vector()), kTolFiniteDiff);
+  if (ln) {
+    EXPECT_LE(rel_l2(fd(bd), b.dbeta.to_f32_vector()), kTolFiniteDiff);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, NormGradCheck,

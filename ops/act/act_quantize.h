@@ -1,0 +1,15 @@
+// Activation forward whose output is quantized for quantizer.usages() (row-wise and/or column-wise), e.g. the
+// FC2 input of an MLP under an FP8/FP4 recipe. The caller decides whether to quantize and passes the Quantizer.
+// Bytes equal act_forward(..., out_dtype) followed by quantizer.quantize(): the activation is rounded to out_dtype
+// first. Today this is act then Quantizer::quantize for every format; a fused kernel would keep that contract.
+#pragma once
+#include "ops/act/act.h"
+#include "ops/quant/quantizer.h"
+
+namespace te {
+
+// x [..., F_in] (see act.h) → QuantizedTensor of logical shape [..., F], original dtype out_dtype.
+QuantizedTensor act_forward_quantized(ActKind kind, const Tensor& x, DType out_dtype, Quantizer& quantizer,
+                                      const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+
+}  // namespace te

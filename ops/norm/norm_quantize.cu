@@ -1,0 +1,118 @@
+// Fused LayerNorm/RMSNorm + FP8 block-1D row-wise quantize. Same launch shape and per-row code as norm.cu (so the
+// high-precision values are bit-identical to the plain forward's output), then per 1x128 block: round to the
+// output dtype, amax over the block's lanes by warp shuffles, compute_scale (ops/quant/scale_math.h), cast, and
+// store the fp8 bytes and the block's scale_inv. x is read once; no high-precision output touches memory.
+#include "ops/norm/norm_kernels.cuh"
+#include "ops/norm/norm_quantize_impl.h"
+#include "ops/quant/scale_math.h"
+
+namespace te::cuda {
+namespace {
+using namespace norm_detail;
+
+constexpr int kBlock = 128;
+
+template <class TO>
+__device__ __forceinline__ float hp_max() {
+  if constexpr (std::is_same_v<TO, BF16>) return f32_from_bits(0x7F7F0000u);
+  if constexpr (std::is_same_v<TO, F16>) return 65504.0f;
+  return FLT_MAX;
+}
+
+template <int N>
+struct alignas(N) Bytes {
+  uint8_t b[N];
+};
+
+template <class TX, class TP, class TO, int VEC>
+__global__ void __launch_bounds__(1024) norm_quant_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
+                                                          const TP* __restrict__ beta, uint8_t* __restrict__ q,
+                                                          float* __restrict__ scale_inv, int64_t scale_ld,
+                                                          float* mean_out, float* rstd_out, int64_t M, int64_t H,
+                                                          float eps, bool rms, bool e5m2, bool pow2, float qeps) {
+  constexpr int L = kBlock / VEC;  // lanes (consecutive chunks) per 128-element block: 16 or 32
+  __shared__ float smem[32];
+  const int64_t nch = H / VEC, nkb = (H + kBlock - 1) / kBlock;
+  const int tid = threadIdx.x, bd = blockDim.x;
+  const float fmt_max = e5m2 ? 57344.0f : 448.0f;
+  if (blockIdx.x == 0)  // padding of the scale rows (M..round4(M)) is zero, never uninitialised
+    for (int64_t j = tid; j < nkb * (scale_ld - M); j += bd)
+      scale_inv[(j / (scale_ld - M)) * scale_ld + M + j % (scale_ld - M)] = 0.f;
+  for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
+    const TX* xr = x + row * H;
+    float v[kItems][VEC];
+    float mu, rstd;
+    row_stats<TX, VEC>(xr, nch, H, rms, eps, v, smem, mu, rstd);
+    if (tid == 0) {
+      if (mean_out) mean_out[row] = mu;
+      rstd_out[row] = rstd;
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t c = tid + int64_t(i) * bd;  // all lanes of a warp reach the shuffles below
+      float y[VEC];
+      float amax = 0.f;
+      if (c < nch) {
+        normalize_chunk<TP, VEC>(v[i], gamma, beta, c * VEC, mu, rstd, y);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          y[k] = to_f(from_f<TO>(y[k]));  // the value the unfused path stores in out_dtype
+          amax = amax_fold(amax, y[k]);
+        }
+      }
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      if (c < nch) {
+        const float scale = compute_scale(amax, fmt_max, pow2, qeps, hp_max<TO>());
+        Bytes<VEC> out;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float s = __fmul_rn(y[k], scale);
+          out.b[k] = e5m2 ? e5m2_from_f32(s) : e4m3_from_f32(s);
+        }
+        *reinterpret_cast<Bytes<VEC>*>(q + row * H + c * VEC) = out;
+        if (c % L == 0) scale_inv[(c / L) * scale_ld + row] = 1.0f / scale;
+      }
+    }
+  }
+}
+
+template <class TX>
+constexpr int V() { return vec_width<TX>(); }
+
+}  // namespace
+
+bool norm_quantize_fusable(const NormFwdArgs& a) {
+  const int es = a.tx == DType::f32 ? 4 : 2, pes = a.tp == DType::f32 ? 4 : 2;
+  const int vec = 16 / es;
+  const int64_t nch = a.cols / vec;
+  auto al = [](const void* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  return is_high_precision(a.tx) && is_high_precision(a.tp) && is_high_precision(a.tout) && a.cols % vec == 0 &&
+         al(a.x, 16) && al(a.gamma, pes * vec) && al(a.beta, pes * vec) && nch <= int64_t(kItems) * 1024;
+}
+
+void norm_quantize_forward(const NormQuantArgs& a, const Stream& stream) {
+  const NormFwdArgs& n = a.norm;
+  TE_CHECK(norm_quantize_fusable(n), "norm_quantize_forward: unsupported configuration [" << n.rows << ", " << n.cols
+                                                                                          << "]");
+  dispatch_hp(n.tx, "norm_quantize x", [&](auto tx) {
+    using TX = decltype(tx);
+    dispatch_hp(n.tp, "norm_quantize gamma", [&](auto tp) {
+      using TP = decltype(tp);
+      dispatch_hp(n.tout, "norm_quantize out", [&](auto to) {
+        using TO = decltype(to);
+        constexpr int VV = V<TX>();
+        // Same grid and block as norm_forward's vector path: identical reduction order, identical statistics.
+        const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(n.rows, int64_t(1) << 20));
+        norm_quant_kernel<TX, TP, TO, VV><<<static_cast<unsigned>(grid), threads_for(n.cols / VV), 0,
+                                            raw_stream(stream)>>>(
+            static_cast<const TX*>(n.x), static_cast<const TP*>(n.gamma), static_cast<const TP*>(n.beta), a.q,
+            a.scale_inv, a.scale_ld, n.mean, n.rstd, n.rows, n.cols, n.eps, n.kind == NormKind::rmsnorm, a.e5m2,
+            a.pow2, a.qeps);
+        TE_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+}  // namespace te::cuda

@@ -1,0 +1,238 @@
+// Scale rules against hand-computed values, delayed scaling over several steps, the Hadamard transform,
+// stochastic rounding, the can_gather_quantized table, and strided input.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+
+#include "engine/error.h"
+#include "ops/quant/quant_layout.h"
+#include "ops/quant/scale_math.h"
+#include "quant_oracle.h"
+#include "quant_test_util.h"
+
+namespace te {
+namespace {
+
+float f32_at(const Tensor& t, int64_t i) { return t.to_f32_vector()[i]; }
+uint8_t byte_at(const Tensor& t, int64_t i) { return qtest::bytes(t)[i]; }
+
+TEST(QuantRules, PerTensorCurrentScaling) {
+  Tensor x = Tensor::from_f32({1.f, -2.f, 0.5f, NAN}, {2, 2}, DType::f32);
+  Quantizer q(qtest::cfg_of(QuantFormat::fp8_per_tensor), Usage::both);
+  QuantizedTensor qt = q.quantize(x);
+  EXPECT_EQ(f32_at(qt.rowwise_amax, 0), 2.f);                  // NaN ignored
+  EXPECT_EQ(f32_at(qt.rowwise_scale_inv, 0), 1.f / 224.f);     // 448 / 2 = 224
+  EXPECT_EQ(byte_at(qt.rowwise_data, 1), 0xFE);                // -2 * 224 = -448
+  EXPECT_EQ(byte_at(qt.rowwise_data, 3), 0x7F);                // NaN stays NaN
+  EXPECT_EQ(byte_at(qt.columnwise_data, 1), byte_at(qt.rowwise_data, 2));  // [K, M] byte transpose
+  // An AmaxReducer sees the amax before the cast and its result decides the scale.
+  QuantizedTensor red = q.quantize(x, Stream(), [](Tensor& a, const Stream&) { a.fill(4.0); });
+  EXPECT_EQ(f32_at(red.rowwise_scale_inv, 0), 1.f / 112.f);
+  // All-zero tensor: scale 1.
+  QuantizedTensor z = q.quantize(Tensor::zeros({3, 3}, DType::bf16));
+  EXPECT_EQ(f32_at(z.rowwise_scale_inv, 0), 1.f);
+}
+
+TEST(QuantRules, BlockScalesHandComputed) {
+  // Row 0: amax 3 → 448/3 = 149.33 → pow2 128. Row 1: all zero → 1. Row 2: holds Inf → scale 1, Inf → 448.
+  std::vector<float> v(3 * 128, 0.f);
+  v[5] = 3.f;
+  v[6] = -1.f;
+  v[2 * 128 + 1] = INFINITY;
+  v[2 * 128 + 2] = -2.f;
+  Tensor x = Tensor::from_f32(v, {3, 128}, DType::bf16);
+  Quantizer q(qtest::cfg_of(QuantFormat::fp8_block_1d, DType::fp8_e4m3, true), Usage::rowwise);
+  QuantizedTensor qt = q.quantize(x);
+  ASSERT_EQ(qt.rowwise_scale_inv.shape(), (Shape{1, 4}));  // [ceil(K/128)][round4(M)]
+  const std::vector<float> s = qt.rowwise_scale_inv.to_f32_vector();
+  EXPECT_EQ(s, (std::vector<float>{1.f / 128, 1.f, 1.f, 0.f}));  // last entry is padding
+  const std::vector<uint8_t> d = qtest::bytes(qt.rowwise_data);
+  EXPECT_EQ(d[5], e4m3_from_f32(384.f));
+  EXPECT_EQ(d[6], e4m3_from_f32(-128.f));
+  EXPECT_EQ(d[2 * 128 + 1], 0x7E);  // Inf saturates to 448
+  EXPECT_EQ(d[2 * 128 + 2], 0xC0);  // -2
+  // Without pow2, value_for_inf = max finite of the input dtype when 448/amax overflows (amax subnormal).
+  std::vector<float> tiny(128, 0.f);
+  tiny[0] = 1e-40f;
+  Quantizer q32(qtest::cfg_of(QuantFormat::fp8_block_1d), Usage::rowwise);
+  EXPECT_EQ(f32_at(q32.quantize(Tensor::from_f32(tiny, {1, 128}, DType::f32)).rowwise_scale_inv, 0), 1.f / FLT_MAX);
+}
+
+TEST(QuantRules, Mxfp8AndNvfp4ScalesHandComputed) {
+  // MXFP8: amax 1 → v = 1/448 in (2^-9, 2^-8) → biased exponent 118 + 1 = 119; amax 448 → 1/448*448 ≈ 1 → 127.
+  std::vector<float> v(2 * 32, 0.f);
+  v[3] = 1.f;
+  v[32] = 448.f;
+  Quantizer mx(qtest::cfg_of(QuantFormat::mxfp8), Usage::rowwise);
+  QuantizedTensor m = mx.quantize(Tensor::from_f32(v, {2, 32}, DType::f32));
+  EXPECT_EQ(qtest::bytes(m.rowwise_scale_inv), (std::vector<uint8_t>{119, 127}));
+  EXPECT_EQ(mxfp8_scale_byte(448.f, 448.f), 127);  // fl(1/448) * 448 rounds to exactly 1 in f32
+  EXPECT_EQ(qtest::bytes(m.rowwise_data)[3], e4m3_from_f32(256.f));  // 1 * 2^(127-119)
+  // NVFP4: global amax 2688 → S_enc = 1; block amax 6 → e4m3(1) = 0x38; 6 → code 7; 2688 → block scale 448.
+  std::vector<float> w(32, 0.f);
+  w[0] = 6.f;
+  w[1] = -1.5f;
+  w[16] = 2688.f;
+  Quantizer nv(qtest::cfg_of(QuantFormat::nvfp4_1d), Usage::rowwise);
+  QuantizedTensor n = nv.quantize(Tensor::from_f32(w, {1, 32}, DType::f32));
+  EXPECT_EQ(f32_at(n.rowwise_amax, 0), 2688.f);
+  EXPECT_EQ(qtest::bytes(n.rowwise_scale_inv), (std::vector<uint8_t>{0x38, 0x7E}));
+  const std::vector<uint8_t> d = qtest::bytes(n.rowwise_data);
+  EXPECT_EQ(d[0], 0xB7);  // element 0 (low nibble) 6 → 7, element 1 (high nibble) -1.5 → 0xB
+  EXPECT_EQ(d[8], 0x07);  // 2688 / 448 = 6
+  // Odd K: the missing last nibble of each row is zero.
+  Tensor odd = Tensor::from_f32({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3}, DType::f32);
+  QuantizedTensor o = nv.quantize(odd);
+  EXPECT_EQ(o.rowwise_data.shape(), (Shape{2, 4}));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(qtest::bytes(o.rowwise_data)[r * 2 + 1] & 0xF0, 0);
+}
+
+TEST(QuantRules, DelayedScalingHistory) {
+  QuantizerConfig c = qtest::cfg_of(QuantFormat::fp8_per_tensor);
+  c.scaling = ScalingKind::delayed;
+  c.amax_history_len = 2;
+  Quantizer q(c, Usage::rowwise);
+  auto step = [&](float a) {
+    QuantizedTensor qt = q.quantize(Tensor::from_f32({a, -a / 2}, {1, 2}, DType::f32));
+    q.update_scale_after_step();
+    return f32_at(qt.rowwise_scale_inv, 0);  // the scale used during the step
+  };
+  EXPECT_EQ(step(1.f), 1.f);  // initial scale 1
+  EXPECT_EQ(f32_at(q.scale(), 0), 448.f);
+  EXPECT_EQ(step(4.f), 1.f / 448.f);
+  EXPECT_EQ(f32_at(q.scale(), 0), 112.f);  // history [1, 4]
+  step(2.f);                               // history [2, 4]: max 4
+  EXPECT_EQ(f32_at(q.scale(), 0), 112.f);
+  step(2.f);  // history [2, 2]
+  EXPECT_EQ(f32_at(q.scale(), 0), 224.f);
+  q.update_scale_after_step();  // a step without a cast: zero amax does not enter the history
+  EXPECT_EQ(f32_at(q.scale(), 0), 224.f);
+  EXPECT_EQ(q.amax_history().to_f32_vector(), (std::vector<float>{2.f, 2.f}));
+  // Two casts in one step fold into one step amax; the reducer sees it.
+  q.quantize(Tensor::from_f32({8.f}, {1, 1}, DType::f32));
+  q.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32));
+  float seen = 0;
+  q.update_scale_after_step(Stream(), [&](Tensor& a, const Stream&) { seen = f32_at(a, 0); });
+  EXPECT_EQ(seen, 8.f);
+  EXPECT_EQ(f32_at(q.scale(), 0), 56.f);
+
+  c.amax_algo = AmaxAlgo::most_recent;
+  c.margin = 1;
+  Quantizer r(c, Usage::rowwise);
+  r.quantize(Tensor::from_f32({4.f}, {1, 1}, DType::f32));
+  r.update_scale_after_step();
+  r.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32));
+  r.update_scale_after_step();
+  EXPECT_EQ(f32_at(r.scale(), 0), 224.f);  // 448 / 2 / 1
+}
+
+TEST(QuantRules, HadamardIsOrthogonalAndMatchesMatrix) {
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    float v[16], y[16], y_ref[16], back[16];
+    for (int i = 0; i < 16; ++i) v[i] = bf16_to_f32(bf16_from_f32(normal_at(seed, i)));
+    rht16_forward(v, y);
+    oracle::rht(v, y_ref);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], y_ref[i]);
+    rht16_inverse(y, back);
+    double err = 0, norm = 0;
+    for (int i = 0; i < 16; ++i) {
+      err += (back[i] - v[i]) * double(back[i] - v[i]);
+      norm += double(v[i]) * v[i];
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1.0 / 256) << "R Rᵀ = I up to the bf16 rounding of y";
+  }
+}
+
+TEST(QuantRules, StochasticRoundingUnbiasedAndReproducible) {
+  for (float x : {0.3f, 1.2f, -2.6f, 4.9f, 0.05f}) {
+    double sum = 0;
+    const int n = 200000;
+    for (int i = 0; i < n; ++i) sum += e2m1_to_f32(e2m1_from_f32_sr(x, sr_uniform(42, i, 0)));
+    EXPECT_NEAR(sum / n, x, 0.01) << x;
+  }
+  // Through the quantizer: constant columns, block amax 6 and global amax 6 make the encode factor exactly 1.
+  const std::vector<float> row = {6, 0.3f, 1.2f, 2.6f, 4.9f, -0.7f, -3.3f, 5.5f, 0.1f, 0.2f, 1.7f, -2.2f, 3.1f, 0.05f, -5, 1};
+  const int M = 4096;
+  std::vector<float> v;
+  for (int m = 0; m < M; ++m) v.insert(v.end(), row.begin(), row.end());
+  QuantizerConfig c = qtest::cfg_of(QuantFormat::nvfp4_1d);
+  c.stochastic_rounding = true;
+  c.seed = 7;
+  Quantizer q(c, Usage::rowwise);
+  Tensor x = Tensor::from_f32(v, {M, 16}, DType::f32);
+  QuantizedTensor a = q.quantize(x), b = q.quantize(x);
+  EXPECT_EQ(qtest::bytes(a.rowwise_data), qtest::bytes(b.rowwise_data)) << "same seed, same bytes";
+  const std::vector<float> d = a.dequantize(DType::f32).to_f32_vector();
+  for (int k = 0; k < 16; ++k) {
+    double mean = 0;
+    for (int m = 0; m < M; ++m) mean += d[m * 16 + k];
+    EXPECT_NEAR(mean / M, row[k], 0.06) << "column " << k;
+  }
+  c.seed = 8;
+  Quantizer q2(c, Usage::rowwise);
+  EXPECT_NE(qtest::bytes(q2.quantize(x).rowwise_data), qtest::bytes(a.rowwise_data)) << "another seed differs";
+}
+
+TEST(QuantRules, CanGatherQuantizedTable) {
+  struct Row {
+    QuantFormat f;
+    Shape shape;
+    Usage u;
+    bool expect;
+  };
+  const Row rows[] = {
+      {QuantFormat::fp8_per_tensor, {3, 5}, Usage::both, true},
+      {QuantFormat::fp8_block_1d, {100, 4096}, Usage::rowwise, true},
+      {QuantFormat::fp8_block_1d, {100, 4096}, Usage::columnwise, false},
+      {QuantFormat::fp8_block_1d, {256, 4096}, Usage::both, true},
+      {QuantFormat::fp8_block_1d, {2, 64, 7}, Usage::columnwise, true},  // M = 128
+      {QuantFormat::fp8_block_2d, {100, 4096}, Usage::rowwise, false},
+      {QuantFormat::fp8_block_2d, {128, 100}, Usage::both, true},
+      {QuantFormat::mxfp8, {96, 100}, Usage::both, true},
+      {QuantFormat::mxfp8, {48, 100}, Usage::columnwise, false},
+      {QuantFormat::mxfp8, {48, 100}, Usage::rowwise, true},
+      {QuantFormat::nvfp4_1d, {48, 7}, Usage::both, true},
+      {QuantFormat::nvfp4_1d, {40, 7}, Usage::columnwise, false},
+      {QuantFormat::nvfp4_2d, {40, 16}, Usage::rowwise, false},
+      {QuantFormat::nvfp4_2d, {0, 16}, Usage::both, true},
+      {QuantFormat::fp8_block_1d, {0, 5}, Usage::both, true},
+  };
+  for (const Row& r : rows) {
+    Quantizer q(qtest::cfg_of(r.f), r.u);
+    EXPECT_EQ(q.can_gather_quantized(r.shape, r.u), r.expect)
+        << quant_format_name(r.f) << " " << shape_str(r.shape) << " " << usage_name(r.u);
+  }
+}
+
+TEST(QuantRules, StridedInputEqualsContiguous) {
+  for (const auto& fc : qtest::format_cases()) {
+    Quantizer q(fc.cfg, Usage::both);
+    // A transposed view [M, K] with stride_k = M, and a permuted 3-D view whose leading dims do not collapse.
+    Tensor base = qtest::make_input({70, 48}, DType::bf16, 5, true);
+    Tensor t = base.transpose(0, 1);  // [48, 70]
+    Tensor b3 = qtest::make_input({6, 4, 40}, DType::f16, 6, true);
+    Tensor p = b3.transpose(0, 1);  // [4, 6, 40]
+    for (const Tensor& view : {t, p, base.slice(1, 0, 48, 2)}) {
+      QuantizedTensor a = q.quantize(view), b = q.quantize(view.contiguous());
+      EXPECT_EQ(qtest::bytes(a.rowwise_data), qtest::bytes(b.rowwise_data)) << fc.name << " " << view.str();
+      EXPECT_EQ(qtest::bytes(a.rowwise_scale_inv), qtest::bytes(b.rowwise_scale_inv)) << fc.name;
+      EXPECT_EQ(qtest::bytes(a.columnwise_data), qtest::bytes(b.columnwise_data)) << fc.name;
+      EXPECT_EQ(qtest::bytes(a.columnwise_scale_inv), qtest::bytes(b.columnwise_scale_inv)) << fc.name;
+    }
+  }
+}
+
+TEST(QuantRules, BadConfigurationsAreClearErrors) {
+  QuantizerConfig c = qtest::cfg_of(QuantFormat::fp8_block_2d);
+  c.random_hadamard = true;
+  EXPECT_THROW({ Quantizer bad(c, Usage::both); }, Error);
+  EXPECT_THROW({ Quantizer bad(qtest::cfg_of(QuantFormat::mxfp8, DType::bf16), Usage::both); }, Error);
+  Quantizer q(qtest::cfg_of(QuantFormat::mxfp8), Usage::rowwise);
+  EXPECT_THROW(q.quantize(Tensor::zeros({4, 4}, DType::fp8_e4m3)), Error);
+  QuantizedTensor qt = q.quantize(Tensor::zeros({4, 32}, DType::bf16));
+  EXPECT_THROW(qt.dequantize_usage(Usage::columnwise), Error);
+}
+
+}  // namespace
+}  // namespace te
