@@ -22,11 +22,15 @@ struct AutogradPass {
   void mark_saved(int v) { b.mutable_value(v).saved_for_backward = true; }
 
   void accumulate(int value, int gv, const Node& by) {
+    // Shape, dtype and device must match. Sharding is not compared: the gradient of a value is sharded like the
+    // value by definition, and a local GEMM's inference cannot know which operand was the split one.
     const ValueType& want = g().value(value).type;
-    TE_CHECK_HINT(g().value(gv).type == want,
+    const ValueType& got = g().value(gv).type;
+    TE_CHECK_HINT(got.shape == want.shape && got.dtype == want.dtype && got.device == want.device &&
+                      got.quant == want.quant,
                   "backward of " << g().node_label(by.id) << ": gradient " << g().value_label(gv) << " for "
                                  << g().value_label(value) << " has another type",
-                  "a gradient has its value's shape, dtype, device and sharding");
+                  "a gradient has its value's shape, dtype and device");
     int& slot = grad[static_cast<size_t>(value)];
     slot = slot < 0 ? gv : b.add1(*opt.accumulate, {slot, gv}, {}, "accumulate");
   }

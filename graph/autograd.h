@@ -28,7 +28,7 @@ class BackwardBuilder {
   int grad_output(int i);
   // Whether forward input i needs a gradient; rules skip work for inputs that do not.
   bool needs_grad(int i) const;
-  // Sets (or accumulates into) the gradient of forward input i. `grad` must have the input's type.
+  // Sets (or accumulates into) the gradient of forward input i. `grad` must have the input's shape, dtype, device.
   void set_grad_input(int i, int grad);
   // Appends a backward node.
   std::vector<int> add(const OpDef& op, std::vector<int> inputs, Attrs attrs = {}, std::string name = {});

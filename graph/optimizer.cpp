@@ -31,7 +31,7 @@ void check_tensors(const char* who, const Tensor& param, const Tensor& grad, std
 void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& c,
                        const Stream& stream) {
   check_tensors("sgd_momentum_step", param, grad, {&momentum_buf});
-  const SgdScalars s{c.lr, c.momentum, c.weight_decay};
+  const SgdScalars s{static_cast<float>(c.lr), static_cast<float>(c.momentum), static_cast<float>(c.weight_decay)};
   float* p = param.data<float>();
   float* buf = momentum_buf.data<float>();
   if (param.device().is_cuda()) {
@@ -48,16 +48,17 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
                 const AdamWConfig& c, const Stream& stream) {
   check_tensors("adamw_step", param, grad, {&exp_avg, &exp_avg_sq});
   TE_CHECK_HINT(step >= 1, "adamw_step: step " << step << " must count from 1", "pass the 1-based step number");
+  auto f = [](double x) { return static_cast<float>(x); };
   AdamWScalars s;
-  s.lr = c.lr;
-  s.beta1 = c.beta1;
-  s.one_minus_beta1 = 1.f - c.beta1;
-  s.beta2 = c.beta2;
-  s.one_minus_beta2 = 1.f - c.beta2;
-  s.eps = c.eps;
-  s.decay = 1.f - c.lr * c.weight_decay;
-  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(step)));
-  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(step)));
+  s.lr = f(c.lr);
+  s.beta1 = f(c.beta1);
+  s.one_minus_beta1 = f(1.0 - c.beta1);
+  s.beta2 = f(c.beta2);
+  s.one_minus_beta2 = f(1.0 - c.beta2);
+  s.eps = f(c.eps);
+  s.decay = f(1.0 - c.lr * c.weight_decay);
+  s.bc1 = f(1.0 - std::pow(c.beta1, static_cast<double>(step)));
+  s.bc2 = f(1.0 - std::pow(c.beta2, static_cast<double>(step)));
   float* p = param.data<float>();
   float* m = exp_avg.data<float>();
   float* v = exp_avg_sq.data<float>();

@@ -13,10 +13,11 @@ namespace te {
 
 // SGD with momentum (PyTorch semantics, dampening 0):
 //   g = grad + weight_decay * p;  buf = momentum * buf + g;  p = p - lr * buf
+// Hyper-parameters are doubles, rounded to f32 once per step (as frameworks pass Python floats to f32 kernels).
 struct SgdConfig {
-  float lr = 0.01f;
-  float momentum = 0.9f;
-  float weight_decay = 0.f;
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
 };
 void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& config,
                        const Stream& stream = Stream());
@@ -24,14 +25,14 @@ void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, 
 // AdamW (decoupled weight decay), `step` counts from 1:
 //   p = p * (1 - lr * weight_decay)
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
-//   p = p - lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (computed in double,
-//   rounded to f32 once per step)
+//   p = p - lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (every scalar computed
+//   in double and rounded to f32 once per step)
 struct AdamWConfig {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.01f;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
 };
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                 const AdamWConfig& config, const Stream& stream = Stream());

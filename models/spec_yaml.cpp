@@ -230,7 +230,9 @@ void apply_overrides(YAML::Node& root, const std::vector<SpecOverride>& override
                                   << (cur.IsSequence() ? " of " + std::to_string(cur.size()) + " entries" : "")
                                   << ", index " << st.index << " is out of range",
                          "indices count from 0 within an existing list");
-        where += "[" + std::to_string(st.index) + "]";
+        where.push_back('[');
+        where.append(std::to_string(st.index));
+        where.push_back(']');
         if (last) {
           cur[st.index] = value;
         } else {

@@ -27,9 +27,11 @@ bool on_cuda(const Tensor& t, const Stream& stream) {
            "tensor " << t.str() << " is not on the stream's device " << stream.device().str());
   return t.device().is_cuda();
 }
+#if !TE_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op) {
   TE_THROW(op << ": this build has no CUDA", "rebuild with -Dcuda=enabled or use cpu tensors");
 }
+#endif
 
 }  // namespace
 

@@ -432,9 +432,10 @@ bool is_nvfp4(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFo
 // The operand in [rows, cols] orientation as `dtype`, exact for MXFP8 and for NVFP4 without its global factor
 // (returned through *amax so it can go into alpha instead).
 Tensor emulated_operand(const GemmOperand& op, Usage u, DType dtype, GemmRole role, const char* name,
-                        Tensor* amax, const Stream& stream) {
+                        bool keep_rht, Tensor* amax, const Stream& stream) {
   if (!op.is_quantized()) return as_2d(op.tensor(), stream);
   QuantizedTensor q = op.quantized();
+  if (keep_rht) q.columnwise_rht = false;  // read the transformed values as stored (rht_cancels)
   TE_CHECK_HINT(q.has(u), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str() << " lacks the "
                                   << usage_name(u) << " copy this role reads",
                 "quantize it with that usage");
@@ -457,8 +458,9 @@ void run_emulated(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, 
   const DType dt = !a.is_quantized() ? a.tensor().dtype() : !b.is_quantized() ? b.tensor().dtype() : DType::bf16;
   const RoleUsages u = role_usages(role);
   Tensor amax_a, amax_b;
-  const Tensor a2 = emulated_operand(a, u.a, dt, role, "a", &amax_a, stream);
-  const Tensor b2 = emulated_operand(b, u.b, dt, role, "b", &amax_b, stream);
+  const bool keep_rht = rht_cancels(a, b, role);
+  const Tensor a2 = emulated_operand(a, u.a, dt, role, "a", keep_rht, &amax_a, stream);  // [a.rows, a.cols]
+  const Tensor b2 = emulated_operand(b, u.b, dt, role, "b", keep_rht, &amax_b, stream);  // [b.rows, b.cols]
   Tensor alpha_beta;  // device [alpha, beta] when an NVFP4 global factor is folded into alpha
   if (amax_a.defined() || amax_b.defined()) {
     alpha_beta = Tensor::empty({2}, DType::f32, out.device(), stream);

@@ -19,6 +19,14 @@ constexpr RoleUsages role_usages(GemmRole r) {
   return {Usage::rowwise, Usage::rowwise};
 }
 
+// wgrad of two tensors whose column-wise copies both carry NVFP4's random Hadamard transform along M: the
+// transform is orthogonal and the same for both, so it cancels in dyᵀ·x and the GEMM reads the stored
+// (transformed) values directly, as TE does; they are exact in bf16, the un-transformed ones are not.
+inline bool rht_cancels(const GemmOperand& a, const GemmOperand& b, GemmRole role) {
+  return role == GemmRole::wgrad && a.is_quantized() && b.is_quantized() && a.quantized().columnwise_rht &&
+         b.quantized().columnwise_rht;
+}
+
 // The 2D view [rows, cols] of a tensor (leading dims flattened); copies only when strides forbid a view.
 Tensor as_2d(const Tensor& t, const Stream& stream);
 

@@ -11,9 +11,11 @@
 namespace te::detail {
 
 // The operand as f32 in its logical [rows, cols] orientation, taken from `usage` when quantized.
-static std::vector<float> operand_f32(const GemmOperand& op, Usage usage, GemmRole role, const char* name) {
+static std::vector<float> operand_f32(const GemmOperand& op, Usage usage, GemmRole role, const char* name,
+                                      bool keep_rht) {
   if (!op.is_quantized()) return op.tensor().to_f32_vector();
-  const QuantizedTensor& q = op.quantized();
+  QuantizedTensor q = op.quantized();
+  if (keep_rht) q.columnwise_rht = false;  // read the transformed values as stored (rht_cancels)
   TE_CHECK_HINT(q.has(usage), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str()
                                       << " lacks the " << usage_name(usage) << " copy this role reads",
                 "quantize it with that usage");
@@ -24,8 +26,9 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
               GemmContext& /*ctx*/) {
   const GemmShape s = gemm_shape(a, b, role);
   const RoleUsages u = role_usages(role);
-  const std::vector<float> af = operand_f32(a, u.a, role, "a");  // [a.rows, a.cols]
-  const std::vector<float> bf = operand_f32(b, u.b, role, "b");  // [b.rows, b.cols]
+  const bool keep_rht = rht_cancels(a, b, role);
+  const std::vector<float> af = operand_f32(a, u.a, role, "a", keep_rht);  // [a.rows, a.cols]
+  const std::vector<float> bf = operand_f32(b, u.b, role, "b", keep_rht);  // [b.rows, b.cols]
   std::vector<float> c = opts.accumulate ? out.to_f32_vector() : std::vector<float>(size_t(s.P * s.Q), 0.f);
   const float beta = opts.accumulate ? 1.f : 0.f;
   const auto ld = [](int64_t x) { return static_cast<int>(std::max<int64_t>(x, 1)); };

@@ -11,7 +11,7 @@ using namespace norm_detail;
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
 
 template <class TX, class TP, class TO, int VEC>
-__global__ void __launch_bounds__(1024) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
                                                         const TP* __restrict__ beta, TO* __restrict__ out,
                                                         float* mean_out, float* rstd_out, int64_t M, int64_t H,
                                                         float eps, bool rms) {
@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(1024) norm_fwd_kernel(const TX* __restrict__ x
   for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
     const TX* xr = x + row * H;  // [H]
     TO* yr = out + row * H;      // [H]
-    float v[kItems][VEC];
+    Vec<TX, VEC> v[kItems];
     float mu, rstd;
     row_stats<TX, VEC>(xr, nch, H, rms, eps, v, smem, mu, rstd);
     if (tid == 0) {
@@ -32,8 +32,9 @@ __global__ void __launch_bounds__(1024) norm_fwd_kernel(const TX* __restrict__ x
     for (int i = 0; i < kItems; ++i) {
       const int64_t c = tid + int64_t(i) * bd;
       if (c < nch) {
-        float y[VEC];
-        normalize_chunk<TP, VEC>(v[i], gamma, beta, c * VEC, mu, rstd, y);
+        float t[VEC], y[VEC];
+        unpack<TX, VEC>(v[i], t);
+        normalize_chunk<TP, VEC>(t, gamma, beta, c * VEC, mu, rstd, y);
         store_vec<TO, VEC>(yr, c * VEC, y);
       }
     }
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(1024) norm_fwd_kernel(const TX* __restrict__ x
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (RMSNorm: no mean(g) term).
 template <class TX, class TP, class TD, int VEC>
-__global__ void __launch_bounds__(1024) norm_bwd_dx_kernel(const TX* __restrict__ dy, const TX* __restrict__ x,
+__global__ void __launch_bounds__(kMaxThreads) norm_bwd_dx_kernel(const TX* __restrict__ dy, const TX* __restrict__ x,
                                                            const float* mean, const float* rstd_in,
                                                            const TP* __restrict__ gamma, TD* __restrict__ dx,
                                                            int64_t M, int64_t H) {
@@ -153,7 +154,7 @@ void norm_backward(const NormBwdArgs& a, const Stream& stream) {
                          (reinterpret_cast<uintptr_t>(a.gamma) % (sizeof(TP) * V)) == 0 &&
                          (reinterpret_cast<uintptr_t>(a.dx) % (sizeof(TD) * V)) == 0;
         const int64_t grid = std::min(a.rows, kMaxGrid);
-        const int threads = std::min(512, threads_for(vec ? a.cols / V : a.cols));
+        const int threads = std::min(kMaxThreads, threads_for(vec ? a.cols / V : a.cols));
         if (vec) {
           norm_bwd_dx_kernel<TX, TP, TD, V><<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
               static_cast<const TX*>(a.dy), static_cast<const TX*>(a.x), a.mean, a.rstd,

@@ -17,26 +17,29 @@ constexpr int kItems = 4;
 template <class TX>
 constexpr int vec_width() { return 16 / static_cast<int>(sizeof(TX)); }
 
-// Threads per row: enough that kItems chunks cover the row, a multiple of 32, at most 1024.
+// Threads per row: enough that kItems chunks cover the row, a multiple of 32, at most kMaxThreads (the kernels'
+// __launch_bounds__, which leaves each thread 128 registers: the cached row never spills).
+constexpr int kMaxThreads = 512;
+constexpr int kMinBlocks = 2;  // caps registers at 64 per thread: occupancy hides the row's load latency
 inline int threads_for(int64_t chunks) {
   const int64_t t = (chunks + kItems - 1) / kItems;
-  return static_cast<int>(std::clamp<int64_t>((t + 31) / 32 * 32, 32, 1024));
+  return static_cast<int>(std::clamp<int64_t>((t + 31) / 32 * 32, 32, kMaxThreads));
 }
 
 // Statistics of one row, the row cached in v for chunk c = threadIdx.x + i * blockDim.x (i < kItems).
 // Two passes in registers: mean, then sum of squared deviations (no cancellation as in E[x²] - E[x]²).
 template <class TX, int VEC>
 __device__ __forceinline__ void row_stats(const TX* xr, int64_t nch, int64_t H, bool rms, float eps,
-                                          float (&v)[kItems][VEC], float* smem, float& mu, float& rstd) {
+                                          Vec<TX, VEC> (&v)[kItems], float* smem, float& mu, float& rstd) {
   const int tid = threadIdx.x, bd = blockDim.x;
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     const int64_t c = tid + int64_t(i) * bd;
     if (c < nch) {
-      load_vec<TX, VEC>(xr, c * VEC, v[i]);
+      v[i] = *reinterpret_cast<const Vec<TX, VEC>*>(xr + c * VEC);  // kept raw: half the registers for 16-bit x
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) s += v[i][k];
+      for (int k = 0; k < VEC; ++k) s += to_f(v[i].v[k]);
     }
   }
   for (int64_t c = tid + int64_t(kItems) * bd; c < nch; c += bd) {
@@ -53,7 +56,7 @@ __device__ __forceinline__ void row_stats(const TX* xr, int64_t nch, int64_t H, 
     if (c < nch) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float d = v[i][k] - mu;
+        const float d = to_f(v[i].v[k]) - mu;
         q += d * d;
       }
     }
@@ -69,6 +72,12 @@ __device__ __forceinline__ void row_stats(const TX* xr, int64_t nch, int64_t H, 
   }
   const float var = block_sum(q, smem) / static_cast<float>(H);
   rstd = 1.0f / sqrtf(var + eps);
+}
+
+template <class TX, int VEC>
+__device__ __forceinline__ void unpack(const Vec<TX, VEC>& r, float (&out)[VEC]) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) out[k] = to_f(r.v[k]);
 }
 
 // y = (x - mu) * rstd * gamma (+ beta) for one chunk, in the CPU reference's order.

@@ -11,7 +11,7 @@
 namespace te {
 namespace {
 
-bool fusable_format(const Tensor& x, DType out_dtype, const Quantizer& q) {
+[[maybe_unused]] bool fusable_format(const Tensor& x, DType out_dtype, const Quantizer& q) {
   const QuantizerConfig& c = q.config();
   return x.defined() && x.device().is_cuda() && c.format == QuantFormat::fp8_block_1d &&
          q.usages() == Usage::rowwise && (c.data_dtype == DType::fp8_e4m3 || c.data_dtype == DType::fp8_e5m2) &&

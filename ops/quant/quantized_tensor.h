@@ -13,7 +13,8 @@ struct QuantizedTensor {
   DType original_dtype = DType::bf16;  // what dequantize() returns by default, and what a fallback gather moves
   DType data_dtype = DType::fp8_e4m3;  // fp8_e4m3 | fp8_e5m2 | fp4_e2m1
 
-  // Row-wise copy: data [M, K] (fp4: packed, [M, ceil(K/2)] bytes viewed as fp4 [M, 2*ceil(K/2)]),
+  // Row-wise copy: data [M, K] (fp4: packed, [M, ceil(K/2)] bytes viewed as fp4 [M, 2*ceil(K/2)]; for odd K the
+  // last nibble of each row is a zero pad, likewise odd M in the column-wise copy),
   // scale_inv per §3. Undefined tensors when the usage is absent.
   Tensor rowwise_data, rowwise_scale_inv;
   // Column-wise copy: data [K, M] (MXFP8: [M, K]), scale_inv per §3.

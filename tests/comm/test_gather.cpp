@@ -198,7 +198,9 @@ void run_case(const GatherCase& c) {
         continue;
       }
       any_fallback |= want_path == GatherRoute::fallback;
-      if (want_path == GatherRoute::fallback) EXPECT_FALSE(o.plan.of(u).reason.empty()) << tag;
+      if (want_path == GatherRoute::fallback) {
+        EXPECT_FALSE(o.plan.of(u).reason.empty()) << tag;
+      }
       const bool deq_ref = c.input == InputKind::quantized && want_path == GatherRoute::fallback;
       expect_same_usage(o.qt, deq_ref ? ref_deq : ref, u, tag + " " + std::string(usage_name(u)));
     }

@@ -261,6 +261,26 @@ TEST_P(GemmQuantized, CudaMatchesCpu) {
   EXPECT_GE(ctx.stats().plan_cache_hits, 1);
 }
 
+// CUDA accumulate (wgrad-style out += result, f32 out) vs the CPU path.
+TEST_P(GemmQuantized, CudaAccumulateMatchesCpu) {
+  TE_REQUIRE_GPU();
+  const auto& [role, pair, d] = GetParam();
+  const Device gpu = Device::cuda(0);
+  const auto [P, Q] = out_shape(role, d);
+  const Tensor init = test::random_2d(P, Q, DType::f32, 24, Device::cpu(), Layout::contiguous);
+  GemmOptions opts;
+  opts.accumulate = true;
+  opts.alpha = 0.5f;
+  Tensor want = init.clone();
+  GemmContext cpu_ctx;
+  gemm(qa, qb, role, want, opts, cpu_ctx);
+  Tensor got = init.to(gpu);
+  GemmContext ctx(gpu);
+  gemm(to_device(qa, gpu), to_device(qb, gpu), role, got, opts, ctx);
+  const auto w = want.to_f32_vector();
+  EXPECT_LE(test::rel_l2(std::vector<double>(w.begin(), w.end()), got.to_f32_vector()), test::kTolBF16);
+}
+
 std::string q_name(const ::testing::TestParamInfo<QParam>& info) {
   const auto& [role, pair, d] = info.param;
   return std::string(gemm_role_name(role)) + "_" + pair.name + "_" + dims_name(d);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/element.h"
+#include "engine/philox.h"
 #include "engine/tensor.h"
 #include "ops/quant/quantizer.h"
 

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <vector>
 
+#include <teengine/teengine.h>
+
 #include "engine/error.h"
 #include "te_config.h"
 #include "tools/teengine/commands.h"
@@ -32,6 +34,9 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.sub->parsed()) return c.run();
+  } catch (const teengine::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.is_input_error() ? 2 : 1;
   } catch (const te::InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

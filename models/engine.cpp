@@ -1,0 +1,309 @@
+// teengine::Engine (include/teengine/teengine.h): W tensor-parallel ranks as threads of this process over the
+// local communicator (one GPU or the CPU), each running a RankModel on its shard of the tokens and weights.
+#include <teengine/teengine.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "comm/gather.h"
+#include "comm/local_communicator.h"
+#include "engine/allocator.h"
+#include "engine/element.h"
+#include "engine/log.h"
+#include "models/rank_model.h"
+#include "te_config.h"
+
+namespace teengine {
+
+struct Engine::Impl {
+  te::ModelSpec spec;
+  te::GlobalParams global;
+  te::Device device;
+  std::vector<std::unique_ptr<te::Communicator>> comms;
+  std::vector<std::unique_ptr<te::RankContext>> contexts;
+  std::vector<std::unique_ptr<te::RankModel>> ranks;
+  std::mutex mu;  // forward/train_step are serialised
+  std::vector<double> step_ms;
+  std::vector<float> losses;
+  int64_t tokens_done = 0;
+  double total_ms = 0;
+  int64_t step = 0;
+
+  int world() const { return spec.parallel.tp; }
+  void build();
+  // Local rows of rank r: SP splits the tokens; without SP every rank sees all of them.
+  te::Tensor rank_input(const te::Tensor& global, int r, te::DType dtype) const;
+};
+
+namespace {
+template <class F>
+auto translate(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const te::InputError& e) {
+    throw Error(e.what(), true);
+  } catch (const te::Error& e) {
+    throw Error(e.what(), false);
+  }
+}
+
+te::Tensor host_to_tensor(const HostTensor& h) {
+  auto dt = te::dtype_from_name(h.dtype);
+  if (!dt || !te::is_high_precision(*dt))
+    TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
+  te::Tensor t = te::Tensor::empty(te::Shape(h.shape.begin(), h.shape.end()), *dt);
+  TE_CHECK_HINT(static_cast<int64_t>(h.bytes.size()) == t.nbytes(),
+                "input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(t.shape()) << " "
+                               << h.dtype << " needs " << t.nbytes(),
+                "fill HostTensor::bytes to match its shape and dtype");
+  std::memcpy(t.data_ptr(), h.bytes.data(), h.bytes.size());
+  return t;
+}
+
+HostTensor tensor_to_host(const te::Tensor& t) {
+  te::Tensor c = t.to(te::Device::cpu());
+  HostTensor h;
+  h.shape.assign(c.shape().begin(), c.shape().end());
+  h.dtype = std::string(te::dtype_name(c.dtype()));
+  h.bytes.resize(static_cast<size_t>(c.nbytes()));
+  std::memcpy(h.bytes.data(), c.data_ptr(), h.bytes.size());
+  return h;
+}
+}  // namespace
+
+void Engine::Impl::build() {
+  device = te::parse_device(spec.run.device);
+  const int w = world();
+  te::LocalGroupOptions opts;
+  opts.device = device;
+  comms = te::make_local_group(w, opts);
+  contexts.clear();
+  ranks.assign(w, nullptr);
+  for (int r = 0; r < w; ++r) {
+    auto ctx = std::make_unique<te::RankContext>();
+    ctx->comm = comms[r].get();
+    ctx->sequence_parallel = spec.parallel.sequence_parallel && w > 1;
+    ctx->device = device;
+    ctx->dtype = spec.model.dtype;
+    ctx->recipe = te::recipe_configs(spec.precision, spec.run.seed);
+    ctx->training = spec.run.mode == te::RunMode::train;
+    contexts.push_back(std::move(ctx));
+  }
+  te::run_ranks(comms, [&](te::Communicator& c) {
+    te::RankContext& ctx = *contexts[c.rank()];
+    ctx.stream = te::Stream::create(device);
+    ctx.gemm = std::make_unique<te::GemmContext>(device);
+    ranks[c.rank()] = std::make_unique<te::RankModel>(spec, global, ctx);
+    ctx.stream.synchronize();
+  });
+}
+
+te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, te::DType dtype) const {
+  te::Tensor rows = g;
+  if (spec.parallel.sequence_parallel && world() > 1) {
+    const int64_t n = g.size(0) / world();
+    rows = g.narrow(0, r * n, n);
+  }
+  te::Tensor typed = rows.dtype() == dtype ? rows.contiguous()
+                                          : te::Tensor::from_f32(rows.to_f32_vector(), rows.shape(), dtype);
+  return typed.to(device, contexts[r]->stream);
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
+Engine Engine::from_yaml(const std::string& path, const std::vector<std::string>& overrides) {
+  return translate([&] {
+    auto impl = std::make_unique<Impl>();
+    impl->spec = te::load_spec_file(path, overrides);
+    impl->global = impl->spec.weights_path.empty() ? te::init_params(impl->spec)
+                                                   : te::load_params(impl->spec, impl->spec.weights_path);
+    impl->build();
+    return Engine(std::move(impl));
+  });
+}
+
+Engine Engine::from_yaml_string(const std::string& yaml, const std::vector<std::string>& overrides) {
+  return translate([&] {
+    auto impl = std::make_unique<Impl>();
+    impl->spec = te::parse_spec(yaml, "<string>", overrides);
+    impl->global = impl->spec.weights_path.empty() ? te::init_params(impl->spec)
+                                                   : te::load_params(impl->spec, impl->spec.weights_path);
+    impl->build();
+    return Engine(std::move(impl));
+  });
+}
+
+void Engine::load_weights(const std::string& path) {
+  translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->global = te::load_params(impl_->spec, path);
+    impl_->build();
+  });
+}
+
+void Engine::save_weights(const std::string& path) const {
+  translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& r : impl_->ranks) r->ctx().stream.synchronize();
+    for (auto& r : impl_->ranks) r->export_params(impl_->global);
+    te::save_params(impl_->global, impl_->spec.model.dtype, path);
+  });
+}
+
+HostTensor Engine::forward(const HostTensor& input) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    Impl& m = *impl_;
+    te::Tensor x = host_to_tensor(input);
+    const int64_t hidden = m.spec.model.hidden;
+    if (x.dim() != 2 || x.size(1) != hidden)
+      TE_INPUT_ERROR("input has shape " << te::shape_str(x.shape()) << " but the model takes [tokens, " << hidden
+                                        << "]",
+                     "give a 2-D input whose last dimension is model.hidden");
+    if (m.spec.parallel.sequence_parallel && m.world() > 1 && x.size(0) % m.world() != 0)
+      TE_INPUT_ERROR("input has " << x.size(0) << " tokens, not divisible by tp " << m.world()
+                                  << " under sequence parallelism",
+                     "use a token count that is a multiple of parallel.tp");
+    std::vector<te::Tensor> outs(m.world());
+    auto t0 = std::chrono::steady_clock::now();
+    te::run_ranks(m.comms, [&](te::Communicator& c) {
+      const int r = c.rank();
+      te::Tensor xr = m.rank_input(x, r, m.spec.model.dtype);
+      outs[r] = m.ranks[r]->forward(xr);
+      m.contexts[r]->stream.synchronize();
+    });
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m.step_ms.push_back(ms);
+    m.total_ms += ms;
+    m.tokens_done += x.size(0);
+    if (!(m.spec.parallel.sequence_parallel && m.world() > 1)) return tensor_to_host(outs[0]);
+    te::Tensor full = te::Tensor::empty({x.size(0), hidden}, m.spec.model.dtype);
+    const int64_t n = x.size(0) / m.world();
+    for (int r = 0; r < m.world(); ++r) full.narrow(0, r * n, n).copy_from(outs[r].to(te::Device::cpu()));
+    return tensor_to_host(full);
+  });
+}
+
+float Engine::train_step(const HostTensor& input, const HostTensor& target) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    Impl& m = *impl_;
+    TE_CHECK_HINT(m.spec.run.mode == te::RunMode::train, "train_step on an inference engine",
+                  "set run.mode: train in the spec (or --set run.mode=train)");
+    te::Tensor x = host_to_tensor(input), t = host_to_tensor(target);
+    if (x.shape() != t.shape())
+      TE_INPUT_ERROR("target shape " << te::shape_str(t.shape()) << " differs from input shape "
+                                     << te::shape_str(x.shape()),
+                     "give a target with the input's shape [tokens, hidden]");
+    ++m.step;
+    std::vector<float> loss(m.world());
+    auto t0 = std::chrono::steady_clock::now();
+    te::run_ranks(m.comms, [&](te::Communicator& c) {
+      const int r = c.rank();
+      loss[r] = m.ranks[r]->train_step(m.rank_input(x, r, m.spec.model.dtype),
+                                       m.rank_input(t, r, m.spec.model.dtype), m.step);
+      m.contexts[r]->stream.synchronize();
+    });
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m.step_ms.push_back(ms);
+    m.total_ms += ms;
+    m.tokens_done += x.size(0);
+    m.losses.push_back(loss[0]);
+    return loss[0];
+  });
+}
+
+std::string Engine::metrics_json() const {
+  const Impl& m = *impl_;
+  const te::CommMetrics& c = m.comms[0]->metrics();
+  auto pc = [](const te::PathCounter& p) { return nlohmann::json{{"calls", p.calls}, {"bytes", p.bytes}}; };
+  nlohmann::json j = {
+      {"model", m.spec.name},
+      {"mode", std::string(te::run_mode_name(m.spec.run.mode))},
+      {"device", m.device.str()},
+      {"world_size", m.world()},
+      {"recipe", std::string(te::recipe_name(m.spec.precision.recipe))},
+      {"tokens", m.spec.run.tokens},
+      {"steps", static_cast<int64_t>(m.step_ms.size())},
+      {"step_ms", m.step_ms},
+      {"tokens_per_s", m.total_ms > 0 ? static_cast<double>(m.tokens_done) / (m.total_ms * 1e-3) : 0.0},
+      {"peak_bytes", te::memory_stats(m.device).peak_bytes},
+      {"loss", m.losses},
+      {"comm",
+       {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
+                    {"high_precision", pc(c.gather_hp)}}},
+        {"reduce_scatter", pc(c.reduce_scatter)},
+        {"all_reduce", pc(c.all_reduce)}}},
+  };
+  return j.dump(2);
+}
+
+std::string Engine::explain() const {
+  const Impl& m = *impl_;
+  std::ostringstream o;
+  o << te::describe_spec(m.spec);
+  const int w = m.world();
+  const bool sp = m.spec.parallel.sequence_parallel && w > 1;
+  const int64_t local_tokens = sp ? m.spec.run.tokens / w : m.spec.run.tokens;
+  te::RecipeConfigs rc = te::recipe_configs(m.spec.precision, m.spec.run.seed);
+  o << "device " << m.device.str() << ", " << w << " rank(s) on the local communicator\n";
+  o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec.model.hidden << "]):\n";
+  auto line = [&](const std::string& what, te::Usage u, const std::optional<te::QuantizerConfig>& qc) {
+    std::optional<te::Quantizer> q;
+    if (qc) q.emplace(*qc, u);
+    te::GatherPlan p = te::plan_gather({local_tokens, m.spec.model.hidden}, q ? &*q : nullptr, u, w);
+    o << "  " << what << ": ";
+    if (!qc) {
+      o << te::gather_route_name(p.tensor_path) << " (" << te::dtype_name(m.spec.model.dtype) << ")\n";
+      return;
+    }
+    const te::UsagePath& up = p.of(u);
+    o << te::gather_route_name(up.path);
+    if (!up.reason.empty()) o << " — " << up.reason;
+    o << "\n";
+  };
+  if (!sp) {
+    o << "  none (no sequence parallelism)\n";
+  } else {
+    line("column-parallel input, forward, row-wise", te::Usage::rowwise, rc.input);
+    if (m.spec.run.mode == te::RunMode::train) {
+      line("column-parallel input, backward re-gather, column-wise", te::Usage::columnwise, rc.input);
+      line("row-parallel output gradient, backward, row-wise", te::Usage::rowwise, rc.grad);
+      line("row-parallel output gradient, backward, column-wise", te::Usage::columnwise, rc.grad);
+    }
+  }
+  return o.str();
+}
+
+HostTensor HostTensor::from_floats(std::vector<int64_t> shape, const std::vector<float>& values) {
+  HostTensor h;
+  h.shape = std::move(shape);
+  h.dtype = "f32";
+  if (static_cast<int64_t>(values.size()) != h.numel())
+    throw Error("HostTensor::from_floats: " + std::to_string(values.size()) + " values for " +
+                    std::to_string(h.numel()) + " elements",
+                true);
+  h.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(h.bytes.data(), values.data(), h.bytes.size());
+  return h;
+}
+
+std::vector<float> HostTensor::to_floats() const {
+  return translate([&] { return host_to_tensor(*this).to_f32_vector(); });
+}
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const char* version() { return TE_VERSION; }
+
+}  // namespace teengine

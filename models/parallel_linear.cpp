@@ -1,0 +1,160 @@
+#include "models/parallel_linear.h"
+
+#include "comm/gather.h"
+#include "ops/act/act.h"
+#include "ops/elementwise/elementwise.h"
+
+namespace te {
+namespace {
+// grad += g (both f32, same shape).
+void accumulate(RankParam* p, const Tensor& g, const Stream& stream) {
+  if (p) add(p->grad, g, Tensor(), p->grad, stream);
+}
+}  // namespace
+
+ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx)
+    : mode_(mode), norm_(norm), eps_(eps), p_(params) {
+  if (ctx.recipe.quantized()) {
+    q_input_.emplace(*ctx.recipe.input, Usage::rowwise);
+    q_weight_.emplace(*ctx.recipe.weight, Usage::rowwise);
+    q_grad_.emplace(*ctx.recipe.grad, Usage::both);
+  }
+}
+
+const GemmOperand ParallelLinear::weight_operand(RankContext& ctx) {
+  if (!q_weight_) return GemmOperand(p_.weight->value);
+  if (!weight_q_) {
+    // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
+    // uses the same scale.
+    q_weight_->set_usages(ctx.training ? Usage::both : Usage::rowwise);
+    weight_q_ = q_weight_->quantize(p_.weight->value, ctx.stream,
+                                    ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer());
+  }
+  return GemmOperand(*weight_q_);
+}
+
+GemmOperand ParallelLinear::quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages,
+                                           RankContext& ctx) {
+  if (!q) return GemmOperand(t);
+  q->set_usages(usages);
+  // A tensor sharded over the group (row-parallel input, features split) reduces its per-tensor amax too.
+  return GemmOperand(q->quantize(t, ctx.stream, ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer()));
+}
+
+Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
+  GemmOptions opts;
+  opts.out_dtype = ctx.dtype;
+  if (mode_ == ParallelMode::column) {
+    // x [T/W, H] (SP) or [T, H]
+    Tensor h = x;
+    if (p_.norm_weight) {
+      NormForward n = norm_forward(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(),
+                                   eps_, ctx.dtype, ctx.stream);
+      h = n.out;
+      mean_ = n.mean;
+      rstd_ = n.rstd;
+    }
+    if (ctx.training) {
+      x_ = x;
+      h_ = h;
+    }
+    if (p_.bias) opts.bias = p_.bias->value;
+    if (ctx.gathers()) {
+      // [T/W, H] → [T, H]: quantized row-wise where §4 allows (always for 1D), else in the model dtype.
+      GatherResult g = gather_along_first_dim(h, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::rowwise,
+                                              false, ctx.stream);
+      GemmOperand in = g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
+      return gemm(in, weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);  // [T, N/W]
+    }
+    return gemm(quantize_local(q_input_, h, Usage::rowwise, ctx), weight_operand(ctx), GemmRole::fprop, opts,
+                *ctx.gemm, ctx.stream);
+  }
+  // Row-parallel: x [T, N/W] → partial [T, H] → reduce over the group. The bias joins rank 0's partial only, so it
+  // is added exactly once (inside the GEMM epilogue, before the output rounding).
+  if (ctx.training) x_ = x;
+  if (p_.bias && ctx.rank() == 0) opts.bias = p_.bias->value;
+  Tensor partial =
+      gemm(quantize_local(q_input_, x, Usage::rowwise, ctx), weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm,
+           ctx.stream);
+  if (ctx.world() == 1) return partial;
+  if (ctx.sequence_parallel) return reduce_scatter_along_first_dim(partial, *ctx.comm, false, ctx.stream).output;
+  all_reduce(partial, *ctx.comm, ReduceOp::sum, false, ctx.stream).wait();
+  return partial;
+}
+
+Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
+  TE_CHECK(x_.defined(), "backward without a training forward (set run.mode: train)");
+  GemmOptions dgrad_opts, wgrad_opts;
+  dgrad_opts.out_dtype = ctx.dtype;
+  wgrad_opts.out_dtype = DType::f32;
+  wgrad_opts.accumulate = true;
+  if (p_.bias) accumulate(p_.bias, bias_grad(dy, DType::f32, ctx.stream), ctx.stream);
+
+  if (mode_ == ParallelMode::column) {
+    // dy [T, N/W] is local to this rank's features: quantize both copies without communication.
+    GemmOperand dy_op = quantize_local(q_grad_, dy, Usage::both, ctx);
+    // Re-gather the norm output's column-wise copy for wgrad (async: overlaps the dgrad GEMM). Local M not a
+    // multiple of the block → the fallback gathers the saved high-precision copy: exact either way.
+    std::optional<GatherResult> g;
+    if (ctx.gathers())
+      g = gather_along_first_dim(h_, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::columnwise, true,
+                                 ctx.stream);
+    Tensor dx_total = gemm(dy_op, weight_operand(ctx), GemmRole::dgrad, dgrad_opts, *ctx.gemm, ctx.stream);
+    Tensor dx;
+    ReduceScatterResult rs;
+    if (ctx.world() == 1) {
+      dx = dx_total;
+    } else if (ctx.sequence_parallel) {
+      rs = reduce_scatter_along_first_dim(dx_total, *ctx.comm, true, ctx.stream);  // overlaps the wgrad GEMM
+    } else {
+      all_reduce(dx_total, *ctx.comm, ReduceOp::sum, false, ctx.stream).wait();
+      dx = dx_total;
+    }
+    GemmOperand h_op = GemmOperand(h_);
+    if (g) {
+      g->work.wait();
+      h_op = g->output->quantized ? GemmOperand(g->quantized()) : GemmOperand(g->tensor());
+    } else {
+      h_op = quantize_local(q_input_, h_, Usage::columnwise, ctx);
+    }
+    gemm(dy_op, h_op, GemmRole::wgrad, p_.weight->grad, wgrad_opts, *ctx.gemm, ctx.stream);  // [N/W, H]
+    if (ctx.gathers()) {
+      rs.work.wait();
+      dx = rs.output;
+    }
+    if (!p_.norm_weight) return dx;
+    Tensor dgamma = Tensor::empty(p_.norm_weight->grad.shape(), DType::f32, ctx.device, ctx.stream);
+    Tensor dbeta = p_.norm_bias ? Tensor::empty(p_.norm_bias->grad.shape(), DType::f32, ctx.device, ctx.stream)
+                                : Tensor();
+    Tensor dx_in = Tensor::empty(x_.shape(), ctx.dtype, ctx.device, ctx.stream);
+    norm_backward(norm_, dx, x_, mean_, rstd_, p_.norm_weight->value, dx_in, dgamma, dbeta, ctx.stream);
+    accumulate(p_.norm_weight, dgamma, ctx.stream);
+    if (p_.norm_bias) accumulate(p_.norm_bias, dbeta, ctx.stream);
+    return dx_in;
+  }
+  // Row-parallel: dy [T/W, H] (SP) → gathered [T, H] with both copies (quantized where §4 allows).
+  GemmOperand dy_op = GemmOperand(dy);
+  if (ctx.gathers()) {
+    GatherResult g =
+        gather_along_first_dim(dy, *ctx.comm, q_grad_ ? &*q_grad_ : nullptr, Usage::both, false, ctx.stream);
+    dy_op = g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
+  } else {
+    dy_op = quantize_local(q_grad_, dy, Usage::both, ctx);
+  }
+  Tensor dx = gemm(dy_op, weight_operand(ctx), GemmRole::dgrad, dgrad_opts, *ctx.gemm, ctx.stream);  // [T, N/W]
+  gemm(dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx), GemmRole::wgrad, p_.weight->grad, wgrad_opts,
+       *ctx.gemm, ctx.stream);  // [H, N/W]
+  return dx;
+}
+
+void ParallelLinear::update_forward_scales(RankContext& ctx) {
+  AmaxReducer reduce = ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer();
+  if (q_input_) q_input_->update_scale_after_step(ctx.stream, reduce);
+  if (q_weight_) q_weight_->update_scale_after_step(ctx.stream, reduce);
+}
+
+void ParallelLinear::update_backward_scales(RankContext& ctx) {
+  if (q_grad_) q_grad_->update_scale_after_step(ctx.stream, ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer());
+}
+
+}  // namespace te

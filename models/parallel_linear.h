@@ -1,0 +1,53 @@
+// One linear layer of a tensor-parallel group, optionally preceded by a norm (LayerNormLinear, and LayerNormMLP's
+// FC1), with Megatron sequence parallelism:
+//
+//   column-parallel, SP:  x [T/W, H] → norm → h [T/W, H] → gather → [T, H] → · W_r[N/W, H]ᵀ + b_r → y [T, N/W]
+//   row-parallel,    SP:  x [T, N/W] → · W_r[H, N/W]ᵀ → partial [T, H] → reduce-scatter (+ b) → y [T/W, H]
+//   without SP the column layer takes x [T, H] replicated and the row layer all-reduces instead.
+//
+// Under a quantized recipe the gather goes through gather_along_first_dim, which stays quantized when the local
+// shard allows (row-wise 1D always) and otherwise falls back to the model dtype (shared/NUMERICS.md §4–§5). The
+// norm output is kept in high precision locally so the backward re-gather of its column-wise copy is exact on
+// either path. Weights are quantized once per optimizer step (cached), with per-tensor amaxes reduced over the
+// group so tp = N matches tp = 1.
+#pragma once
+#include <optional>
+
+#include "models/rank_context.h"
+#include "ops/norm/norm.h"
+#include "ops/quant/quantizer.h"
+
+namespace te {
+
+class ParallelLinear {
+ public:
+  struct Params {
+    RankParam* norm_weight = nullptr;  // null: no norm
+    RankParam* norm_bias = nullptr;    // null for RMSNorm
+    RankParam* weight = nullptr;       // [N/W, K] column / [N, K/W] row
+    RankParam* bias = nullptr;         // null: no bias
+  };
+  ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx);
+
+  Tensor forward(const Tensor& x, RankContext& ctx);
+  Tensor backward(const Tensor& dy, RankContext& ctx);  // accumulates parameter gradients; returns dx
+  void invalidate_weight_cache() { weight_q_.reset(); }
+  // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients).
+  void update_forward_scales(RankContext& ctx);
+  void update_backward_scales(RankContext& ctx);
+
+ private:
+  const GemmOperand weight_operand(RankContext& ctx);
+  GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx);
+
+  ParallelMode mode_;
+  NormKind norm_;
+  float eps_;
+  Params p_;
+  std::optional<Quantizer> q_input_, q_weight_, q_grad_;
+  std::optional<QuantizedTensor> weight_q_;
+  // saved for backward
+  Tensor x_, mean_, rstd_, h_;  // input, norm statistics, GEMM input (norm output or x), all local, HP
+};
+
+}  // namespace te

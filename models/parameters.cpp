@@ -1,0 +1,86 @@
+#include "models/parameters.h"
+
+#include <cmath>
+#include <map>
+
+#include "engine/error.h"
+#include "models/safetensors.h"
+
+namespace te {
+namespace {
+
+uint64_t name_hash(const std::string& s) {  // FNV-1a: stable across runs and platforms
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// The row ranges [begin, end) of the global tensor's dim `shard_dim` held by `rank` (two ranges for gated halves).
+struct Piece {
+  int64_t global_begin, local_begin, length;
+};
+std::vector<Piece> pieces(const ParamSpec& p, int rank, int tp) {
+  const int64_t n = p.shape[p.shard_dim];
+  if (!p.gated_halves) return {{rank * (n / tp), 0, n / tp}};
+  const int64_t half = n / 2, part = half / tp;
+  return {{rank * part, 0, part}, {half + rank * part, part, part}};
+}
+}  // namespace
+
+GlobalParams init_params(const ModelSpec& spec) {
+  GlobalParams g;
+  g.specs = parameter_specs(spec);
+  for (const ParamSpec& p : g.specs) {
+    Tensor t = Tensor::empty(p.shape, DType::f32);
+    switch (p.role) {
+      case ParamRole::norm_weight: t.fill(1.0); break;
+      case ParamRole::norm_bias:
+      case ParamRole::bias: t.fill(0.0); break;
+      case ParamRole::weight:
+        t.fill_normal(spec.run.seed ^ name_hash(p.name), 0.f, 1.f / std::sqrt(static_cast<float>(p.shape.back())));
+        break;
+    }
+    g.values.push_back(t);
+  }
+  return g;
+}
+
+GlobalParams load_params(const ModelSpec& spec, const std::string& path) {
+  GlobalParams g;
+  g.specs = parameter_specs(spec);
+  SafetensorsReader r = SafetensorsReader::open(path);
+  for (const ParamSpec& p : g.specs) g.values.push_back(r.read_converted(p.name, p.shape, DType::f32));
+  return g;
+}
+
+void save_params(const GlobalParams& params, DType dtype, const std::string& path) {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < params.specs.size(); ++i) {
+    Tensor t = Tensor::empty(params.values[i].shape(), dtype);
+    std::vector<float> v = params.values[i].to_f32_vector();
+    t = Tensor::from_f32(v, params.values[i].shape(), dtype);
+    out.emplace(params.specs[i].name, t);
+  }
+  write_safetensors(path, out);
+}
+
+Tensor shard_param(const ParamSpec& p, const Tensor& global, int rank, int tp) {
+  if (p.shard_dim < 0 || tp == 1) return global.clone();
+  Tensor local = Tensor::empty(local_shape(p, tp), DType::f32);
+  for (const Piece& piece : pieces(p, rank, tp))
+    local.narrow(p.shard_dim, piece.local_begin, piece.length)
+        .copy_from(global.narrow(p.shard_dim, piece.global_begin, piece.length));
+  return local;
+}
+
+void unshard_param(const ParamSpec& p, const Tensor& shard, int rank, int tp, Tensor& global) {
+  if (p.shard_dim < 0 || tp == 1) {
+    if (rank == 0) global.copy_from(shard);
+    return;
+  }
+  for (const Piece& piece : pieces(p, rank, tp))
+    global.narrow(p.shard_dim, piece.global_begin, piece.length)
+        .copy_from(shard.narrow(p.shard_dim, piece.local_begin, piece.length));
+}
+
+}  // namespace te

@@ -1,0 +1,37 @@
+// What one tensor-parallel rank computes with: its communicator, device, stream, GEMM state and the run's
+// precision. Passed explicitly to every layer (no hidden globals).
+#pragma once
+#include "comm/communicator.h"
+#include "engine/stream.h"
+#include "models/recipe.h"
+#include "ops/gemm/gemm.h"
+
+namespace te {
+
+struct RankContext {
+  Communicator* comm = nullptr;    // the tensor-parallel group (size 1 when tp = 1)
+  bool sequence_parallel = false;  // activations between blocks hold T/W tokens per rank
+  Device device;
+  Stream stream;
+  DType dtype = DType::bf16;       // parameters and activations
+  RecipeConfigs recipe;
+  bool training = false;           // keep what backward needs; quantize weights for both usages
+  std::unique_ptr<GemmContext> gemm;
+
+  int rank() const { return comm->rank(); }
+  int world() const { return comm->size(); }
+  bool gathers() const { return sequence_parallel && world() > 1; }
+};
+
+// A parameter shard on a rank: fp32 master, the model-dtype copy the kernels read, its gradient (fp32) and the
+// optimizer state.
+struct RankParam {
+  const ParamSpec* spec = nullptr;
+  Tensor master;  // f32, local shape
+  Tensor value;   // model dtype, local shape
+  Tensor grad;    // f32, local shape (training)
+  Tensor state1, state2;  // momentum / Adam moments (training)
+  bool grad_all_reduce = false;  // replicated over the group but computed from local tokens (SP): sum over ranks
+};
+
+}  // namespace te

@@ -1,0 +1,168 @@
+#include "models/rank_model.h"
+
+#include "comm/gather.h"
+#include "graph/optimizer.h"
+#include "ops/elementwise/elementwise.h"
+
+namespace te {
+namespace {
+NormKind norm_kind(NormType t) { return t == NormType::rmsnorm ? NormKind::rmsnorm : NormKind::layernorm; }
+ActKind act_kind(Activation a) {
+  switch (a) {
+    case Activation::gelu: return ActKind::gelu;
+    case Activation::swiglu: return ActKind::swiglu;
+    case Activation::relu: return ActKind::relu;
+  }
+  return ActKind::gelu;
+}
+}  // namespace
+
+RankModel::RankModel(const ModelSpec& spec, const GlobalParams& global, RankContext& ctx) : spec_(spec), ctx_(ctx) {
+  const int tp = ctx.world();
+  params_.reserve(global.specs.size());  // stable addresses: layers keep pointers
+  for (size_t i = 0; i < global.specs.size(); ++i) {
+    const ParamSpec& ps = global.specs[i];
+    RankParam p;
+    p.spec = &ps;
+    p.master = shard_param(ps, global.values[i], ctx.rank(), tp).to(ctx.device, ctx.stream);
+    p.value = cast(p.master, ctx.dtype, ctx.stream);
+    // Replicated over the group but computed from this rank's tokens under SP: norm params, row-parallel biases.
+    p.grad_all_reduce = ctx.gathers() && ps.shard_dim < 0;
+    if (ctx.training) {
+      p.grad = Tensor::zeros(p.master.shape(), DType::f32, ctx.device, ctx.stream);
+      p.state1 = Tensor::zeros(p.master.shape(), DType::f32, ctx.device, ctx.stream);
+      p.state2 = Tensor::zeros(p.master.shape(), DType::f32, ctx.device, ctx.stream);
+    }
+    params_.push_back(std::move(p));
+  }
+  const auto& m = spec.model;
+  const NormKind nk = norm_kind(m.norm);
+  const float eps = static_cast<float>(m.eps);
+  for (int64_t i = 0; i < m.layers; ++i) {
+    std::vector<BranchStages> branches;
+    const std::string prefix = "layers." + std::to_string(i) + ".";
+    for (const Branch& branch : m.block) {
+      BranchStages stages;
+      for (const LayerSpec& l : branch) {
+        const std::string base = prefix + l.name + ".";
+        auto linear = [&](ParallelMode mode, bool norm, const std::string& w, const std::string& b) {
+          ParallelLinear::Params p;
+          if (norm) {
+            p.norm_weight = param(base + "layer_norm_weight");
+            if (nk == NormKind::layernorm) p.norm_bias = param(base + "layer_norm_bias");
+          }
+          p.weight = param(base + w);
+          if (l.bias) p.bias = param(base + b);
+          Stage s;
+          s.linear = std::make_unique<ParallelLinear>(mode, nk, eps, p, ctx);
+          stages.push_back(std::move(s));
+        };
+        if (l.kind == LayerKind::layernorm_mlp) {
+          linear(ParallelMode::column, true, "fc1_weight", "fc1_bias");
+          Stage act;
+          act.act = act_kind(l.activation);
+          stages.push_back(std::move(act));
+          linear(ParallelMode::row, false, "fc2_weight", "fc2_bias");
+        } else {
+          linear(l.mode, l.has_norm(), "weight", "bias");
+        }
+      }
+      branches.push_back(std::move(stages));
+    }
+    layers_.push_back(std::move(branches));
+  }
+}
+
+RankParam* RankModel::param(const std::string& name) {
+  for (RankParam& p : params_)
+    if (p.spec->name == name) return &p;
+  TE_THROW("model parameter '" << name << "' is not in the parameter list", "this is a bug in parameter_specs");
+}
+
+Tensor RankModel::run_branch(BranchStages& b, const Tensor& x) {
+  Tensor h = x;
+  for (Stage& s : b) {
+    if (s.linear) {
+      h = s.linear->forward(h, ctx_);
+    } else {
+      if (ctx_.training) s.act_in = h;
+      h = act_forward(*s.act, h, ctx_.dtype, ctx_.stream);  // [T, F/W]
+    }
+  }
+  return h;
+}
+
+Tensor RankModel::backprop_branch(BranchStages& b, const Tensor& dy) {
+  Tensor d = dy;
+  for (auto it = b.rbegin(); it != b.rend(); ++it)
+    d = it->linear ? it->linear->backward(d, ctx_) : act_backward(*it->act, d, it->act_in, ctx_.stream);
+  return d;
+}
+
+Tensor RankModel::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches) h = add(h, run_branch(b, h), Tensor(), ctx_.stream);  // residual
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches)
+      for (Stage& s : b)
+        if (s.linear) s.linear->update_forward_scales(ctx_);
+  return h;
+}
+
+float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step) {
+  TE_CHECK(ctx_.training, "train_step on a model built for inference");
+  for (RankParam& p : params_) p.grad.fill(0.0, ctx_.stream);
+  Tensor out = forward(x);
+  // loss = Σ (out − target)² / (T·H) over the global tensor; every rank holds T/W (SP) or all T tokens.
+  Tensor diff = add(cast(out, DType::f32, ctx_.stream), scale_tensor(cast(target, DType::f32, ctx_.stream), -1.f,
+                                                                      ctx_.stream), Tensor(), ctx_.stream);
+  const int64_t global_tokens = out.size(0) * (ctx_.sequence_parallel ? ctx_.world() : 1);
+  const double n = static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
+  std::vector<float> d = diff.to_f32_vector(ctx_.stream);
+  double local = 0;
+  for (float v : d) local += static_cast<double>(v) * v;
+  Tensor sum = Tensor::from_f32({static_cast<float>(local)}, {1}, DType::f32, ctx_.device);
+  if (ctx_.gathers()) all_reduce(sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
+  const float loss = static_cast<float>(sum.to_f32_vector(ctx_.stream)[0] / n);
+
+  Tensor dy = cast(scale_tensor(diff, static_cast<float>(2.0 / n), ctx_.stream), ctx_.dtype, ctx_.stream);
+  for (auto li = layers_.rbegin(); li != layers_.rend(); ++li)
+    for (auto bi = li->rbegin(); bi != li->rend(); ++bi)
+      dy = add(dy, backprop_branch(*bi, dy), Tensor(), ctx_.stream);  // residual: d(x + f(x)) = dy + f'ᵀ dy
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches)
+      for (Stage& s : b)
+        if (s.linear) s.linear->update_backward_scales(ctx_);
+  optimizer_step(step);
+  return loss;
+}
+
+void RankModel::optimizer_step(int64_t step) {
+  const OptimizerSpec& o = spec_.run.optimizer;
+  for (RankParam& p : params_) {
+    if (p.grad_all_reduce) all_reduce(p.grad, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
+    if (o.type == OptimizerType::adamw) {
+      AdamWConfig c{static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+                    static_cast<float>(o.eps), static_cast<float>(o.weight_decay)};
+      adamw_step(p.master, p.grad, p.state1, p.state2, step, c, ctx_.stream);
+    } else {
+      SgdConfig c{static_cast<float>(o.lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
+      sgd_momentum_step(p.master, p.grad, p.state1, c, ctx_.stream);
+    }
+    cast(p.master, p.value, ctx_.stream);  // refresh the low-precision copy
+  }
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches)
+      for (Stage& s : b)
+        if (s.linear) s.linear->invalidate_weight_cache();
+}
+
+void RankModel::export_params(GlobalParams& global) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor host = params_[i].master.to(Device::cpu(), ctx_.stream);
+    unshard_param(*params_[i].spec, host, ctx_.rank(), ctx_.world(), global.values[i]);
+  }
+}
+
+}  // namespace te

@@ -1,0 +1,47 @@
+// The model as one tensor-parallel rank runs it: every layer's branches as stages (parallel linears and
+// activations) with residual connections, the rank's parameter shards, forward, backward, loss and optimizer.
+//
+//   x [T/W, H] (SP) or [T, H] → for each layer, for each branch: x = x + branch(x) → y (same shape)
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "models/parallel_linear.h"
+#include "models/parameters.h"
+#include "ops/act/act.h"
+
+namespace te {
+
+class RankModel {
+ public:
+  // `ctx` must outlive the model. Parameters are sharded from `global` (host, f32) onto ctx.device.
+  RankModel(const ModelSpec& spec, const GlobalParams& global, RankContext& ctx);
+
+  Tensor forward(const Tensor& x);
+  // One optimizer step on mean((forward(x) - target)²) over all T·H elements; returns that loss (every rank).
+  float train_step(const Tensor& x, const Tensor& target, int64_t step);
+  // Copies this rank's master shards into the global tensors (host).
+  void export_params(GlobalParams& global) const;
+  RankContext& ctx() { return ctx_; }
+  const std::vector<RankParam>& params() const { return params_; }
+
+ private:
+  struct Stage {
+    std::unique_ptr<ParallelLinear> linear;  // or an activation:
+    std::optional<ActKind> act;
+    Tensor act_in;  // saved activation input (training)
+  };
+  using BranchStages = std::vector<Stage>;
+  Tensor run_branch(BranchStages& b, const Tensor& x);
+  Tensor backprop_branch(BranchStages& b, const Tensor& dy);
+  RankParam* param(const std::string& name);
+  void optimizer_step(int64_t step);
+
+  const ModelSpec& spec_;
+  RankContext& ctx_;
+  std::vector<RankParam> params_;
+  std::vector<std::vector<BranchStages>> layers_;  // [layer][branch]
+};
+
+}  // namespace te
