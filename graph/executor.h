@@ -46,7 +46,7 @@ class Executor {
   void run();
   void synchronize();
   // The tensor of a value: the bound tensor, or its arena view (valid until the next run() overwrites it; reliable
-  // for outputs, which are never reused).
+  // for outputs, which are never reused). Arena views borrow the executor's memory: do not keep them past its life.
   Tensor tensor(int value) const;
 
   const Plan& plan() const { return plan_; }

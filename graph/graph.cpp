@@ -8,7 +8,10 @@
 namespace te {
 
 std::string Sharding::str() const {
-  return kind == Kind::replicated ? std::string("replicated") : "split(" + std::to_string(dim) + ")";
+  if (kind == Kind::replicated) return "replicated";
+  std::ostringstream os;  // (ostringstream, not "literal" + string: GCC 12 -Wrestrict false positive)
+  os << "split(" << dim << ")";
+  return os.str();
 }
 
 std::string ValueType::str() const {
@@ -79,22 +82,29 @@ std::vector<int> Graph::outputs() const {
 
 std::string Graph::value_label(int id) const {
   const Value& v = value(id);
-  std::string s = "%" + std::to_string(id);
-  if (!v.name.empty()) s += " '" + v.name + "'";
-  return s + " " + v.type.str();
+  std::ostringstream os;
+  os << '%' << id;
+  if (!v.name.empty()) os << " '" << v.name << "'";
+  os << ' ' << v.type.str();
+  return os.str();
 }
 
 std::string Graph::node_label(int id) const {
   const Node& n = node(id);
-  std::string s = "node " + std::to_string(id);
-  if (!n.name.empty()) s += " '" + n.name + "'";
-  return s + " (" + std::string(n.op ? n.op->name : "?") + ")";
+  std::ostringstream os;
+  os << "node " << id;
+  if (!n.name.empty()) os << " '" << n.name << "'";
+  os << " (" << (n.op ? n.op->name : std::string_view("?")) << ")";
+  return os.str();
 }
 
 namespace detail {
 void throw_attr_error(const Node& node, std::string_view attr_name, const char* expected, bool missing) {
-  std::string label = "node " + std::to_string(node.id) + (node.name.empty() ? "" : " '" + node.name + "'") + " (" +
-                      std::string(node.op ? node.op->name : "?") + ")";
+  std::ostringstream os;
+  os << "node " << node.id;
+  if (!node.name.empty()) os << " '" << node.name << "'";
+  os << " (" << (node.op ? node.op->name : std::string_view("?")) << ")";
+  const std::string label = os.str();
   if (missing)
     TE_THROW(label << ": missing attribute '" << attr_name << "' (" << expected << ")",
              "set it in the Attrs passed to GraphBuilder::add");

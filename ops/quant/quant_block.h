@@ -105,6 +105,10 @@ TE_HD void delayed_scale_update(const DelayedUpdateArgs& a) {
   *a.step_amax = 0.0f;
 }
 
+// NaN arithmetic keeps the operand's payload on x86 but gives the canonical NaN on the GPU: dequantize returns
+// one NaN (0x7FC00000) so that outputs compare bit for bit.
+TE_HD float canonical_nan(float v) { return f32_is_nan(v) ? f32_from_bits(0x7FC00000u) : v; }
+
 // The value of A[r][c] of one copy, before undoing any RHT.
 TE_HD float dequant_element(const DequantArgs& a, int64_t r, int64_t c) {
   const CopyLayout& L = a.layout;

@@ -240,7 +240,7 @@ __global__ void dequant_kernel(DequantArgs a, void* out, DType out_dtype) {
     }
     for (int j = 0; j < cnt; ++j) {
       const int64_t c = c0 + j;
-      store_f32(out, out_dtype, a.columnwise ? c * a.K + r : r * a.K + c, v[j]);
+      store_f32(out, out_dtype, a.columnwise ? c * a.K + r : r * a.K + c, canonical_nan(v[j]));
     }
   }
 }

@@ -119,7 +119,7 @@ void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stre
   }
   for (int64_t m = 0; m < a.M; ++m)
     for (int64_t k = 0; k < a.K; ++k)
-      store_f32(out, out_dtype, m * a.K + k, a.columnwise ? A[k * L.C + m] : A[m * L.C + k]);
+      store_f32(out, out_dtype, m * a.K + k, canonical_nan(a.columnwise ? A[k * L.C + m] : A[m * L.C + k]));
 }
 
 void fold_max_ref(float* dst, const float* src, const Stream&) { *dst = amax_fold(*dst, *src); }

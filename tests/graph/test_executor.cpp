@@ -2,9 +2,12 @@
 // streams; random comm delays never change results; a planned event removed from the plan breaks the result.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "graph/executor.h"
+#include "graph/host_stream.h"
 #include "graph/planner.h"
 #include "test_ops.h"
 
@@ -79,8 +82,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, ExecutorEqualsOneByOne,
                                            ModeCase{ExecMode::inline_cpu, kF64},
                                            ModeCase{ExecMode::host_threads, kF64}),
                          [](const auto& info) {
-                           return std::string(info.param.mode == ExecMode::inline_cpu ? "inline" : "threads") + "_" +
-                                  (info.param.dtype == DType::f32 ? "f32" : "f64");
+                           std::string name = info.param.mode == ExecMode::inline_cpu ? "inline" : "threads";
+                           name.append(info.param.dtype == DType::f32 ? "_f32" : "_f64");
+                           return name;
                          });
 
 // A random DAG over [n, n] matrices: compute nodes (scale, add, mul, matmul, tanh) interleaved with comm copies that
@@ -95,18 +99,18 @@ RandomDag random_dag(uint64_t seed, int nodes, int64_t sleep_us) {
   GraphBuilder b(d.g);
   std::mt19937_64 rng(seed);
   std::vector<int> pool;
-  for (int i = 0; i < 3; ++i) pool.push_back(d.inputs.emplace_back(b.input("in" + std::to_string(i), vt({8, 8}))));
+  for (int i = 0; i < 3; ++i) pool.push_back(d.inputs.emplace_back(b.input(std::string("in").append(std::to_string(i)), vt({8, 8}))));
   for (int i = 0; i < nodes; ++i) {
     // Mostly recent values, so chains are long and early values die (arena reuse).
     auto pick = [&] { return pool[pool.size() - 1 - rng() % std::min<size_t>(pool.size(), 4)]; };
-    const std::string name = "n" + std::to_string(i);
+    const std::string name = std::string("n").append(std::to_string(i));
     int v = -1;
     switch (rng() % 6) {
       case 0: v = b.add1(op(Op::scale), {pick()}, {{"alpha", 0.5}}, name); break;
       case 1: v = b.add1(op(Op::add), {pick(), pick()}, {}, name); break;
       case 2: v = b.add1(op(Op::mul), {pick(), pick()}, {}, name); break;
       case 3:  // tanh keeps repeated products bounded, so stale reads cannot hide behind inf/NaN
-        v = b.add1(op(Op::tanh), {b.add1(op(Op::matmul), {pick(), pick()}, {}, name)}, {}, name + ".act");
+        v = b.add1(op(Op::tanh), {b.add1(op(Op::matmul), {pick(), pick()}, {}, name)}, {}, std::string(name).append(".act"));
         break;
       case 4: v = b.add1(op(Op::tanh), {pick()}, {}, name); break;
       default: v = b.add1(op(Op::slow_copy), {pick()}, {{"sleep_us", sleep_us}}, name); break;
@@ -186,6 +190,39 @@ TEST(ExecutorStress, RemovingThePlannedEventBreaksTheResult) {
   Plan broken = plan;
   broken.events.clear();  // the consumer no longer waits for the gather
   EXPECT_EQ(wrong_steps(c, broken), 3) << "without the event the consumer reads the buffer before the copy lands";
+}
+
+TEST(HostStream, EventOrdersWorkAcrossStreams) {
+  for (bool use_event : {true, false}) {
+    HostStream a, b;
+    HostEvent e;
+    std::atomic<int> value{0};
+    int seen = -1;
+    a.submit([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      value = 42;
+    });
+    if (use_event) {
+      e.record(a);
+      e.wait(b);
+    }
+    b.submit([&] { seen = value.load(); });
+    b.synchronize();
+    EXPECT_EQ(seen, use_event ? 42 : 0) << (use_event ? "with" : "without") << " the event";
+    a.synchronize();
+  }
+}
+
+TEST(HostStream, WaitWithoutRecordDoesNotBlockAndErrorsSurface) {
+  HostStream s;
+  HostEvent never;
+  never.wait(s);
+  s.submit([] { TE_THROW("task failed", ""); });
+  int after = 0;
+  s.submit([&] { after = 1; });
+  EXPECT_THROW(s.synchronize(), Error);
+  EXPECT_EQ(after, 1);  // later work (e.g. event records) still runs
+  EXPECT_NO_THROW(s.synchronize());
 }
 
 TEST(Executor, UnboundInputIsNamed) {
