@@ -13,10 +13,12 @@
 #include "engine/allocator.h"
 #include "engine/element.h"
 #include "engine/log.h"
+#include "models/engine_impl.h"
 #include "models/rank_model.h"
 #include "te_config.h"
 
 namespace teengine {
+using detail::translate;
 
 struct Engine::Impl {
   te::ModelSpec spec;
@@ -39,17 +41,6 @@ struct Engine::Impl {
 };
 
 namespace {
-template <class F>
-auto translate(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const te::InputError& e) {
-    throw Error(e.what(), true);
-  } catch (const te::Error& e) {
-    throw Error(e.what(), false);
-  }
-}
-
 te::Tensor host_to_tensor(const HostTensor& h) {
   auto dt = te::dtype_from_name(h.dtype);
   if (!dt || !te::is_high_precision(*dt))
@@ -81,7 +72,8 @@ void Engine::Impl::build() {
   opts.device = device;
   comms = te::make_local_group(w, opts);
   contexts.clear();
-  ranks.assign(w, nullptr);
+  ranks.clear();
+  ranks.resize(w);
   for (int r = 0; r < w; ++r) {
     auto ctx = std::make_unique<te::RankContext>();
     ctx->comm = comms[r].get();
@@ -117,26 +109,13 @@ Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 Engine::~Engine() = default;
 
-Engine Engine::from_yaml(const std::string& path, const std::vector<std::string>& overrides) {
-  return translate([&] {
-    auto impl = std::make_unique<Impl>();
-    impl->spec = te::load_spec_file(path, overrides);
-    impl->global = impl->spec.weights_path.empty() ? te::init_params(impl->spec)
-                                                   : te::load_params(impl->spec, impl->spec.weights_path);
-    impl->build();
-    return Engine(std::move(impl));
-  });
-}
-
-Engine Engine::from_yaml_string(const std::string& yaml, const std::vector<std::string>& overrides) {
-  return translate([&] {
-    auto impl = std::make_unique<Impl>();
-    impl->spec = te::parse_spec(yaml, "<string>", overrides);
-    impl->global = impl->spec.weights_path.empty() ? te::init_params(impl->spec)
-                                                   : te::load_params(impl->spec, impl->spec.weights_path);
-    impl->build();
-    return Engine(std::move(impl));
-  });
+Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this file's namespace
+  auto impl = std::make_unique<Engine::Impl>();
+  impl->spec = std::move(spec);
+  impl->global = impl->spec.weights_path.empty() ? te::init_params(impl->spec)
+                                                 : te::load_params(impl->spec, impl->spec.weights_path);
+  impl->build();
+  return Engine(std::move(impl));
 }
 
 void Engine::load_weights(const std::string& path) {

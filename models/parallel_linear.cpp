@@ -1,6 +1,7 @@
 #include "models/parallel_linear.h"
 
 #include "comm/gather.h"
+#include "engine/error.h"
 #include "ops/act/act.h"
 #include "ops/elementwise/elementwise.h"
 

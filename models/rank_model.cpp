@@ -1,6 +1,7 @@
 #include "models/rank_model.h"
 
 #include "comm/gather.h"
+#include "engine/error.h"
 #include "graph/optimizer.h"
 #include "ops/elementwise/elementwise.h"
 

@@ -30,6 +30,7 @@
 
 #include "engine/dtype.h"
 #include "engine/tensor.h"
+#include "ops/quant/quantizer.h"  // AmaxAlgo
 
 namespace te {
 
@@ -41,7 +42,6 @@ enum class ParallelMode : uint8_t { column, row };
 enum class CommBackend : uint8_t { automatic, local, nccl };
 enum class Recipe : uint8_t { none, fp8_delayed, fp8_current, fp8_block, mxfp8, nvfp4 };
 enum class Fp8Format : uint8_t { e4m3, hybrid };  // hybrid: E4M3 forward, E5M2 gradients
-enum class AmaxAlgo : uint8_t { max, most_recent };
 enum class RunMode : uint8_t { infer, train };
 enum class OptimizerType : uint8_t { sgd, adamw };
 

@@ -9,7 +9,7 @@ build="${2:-build-fuzz}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 if [ ! -f "$build/build.ninja" ]; then
-  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Dcuda=disabled -Dtests=disabled -Dbuildtype=debugoptimized
+  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Dcuda=disabled -Dbuildtype=debugoptimized
 fi
 ninja -C "$build" -j"${FUZZ_JOBS:-1}" tests/fuzz/fuzz_spec tests/fuzz/fuzz_safetensors
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"

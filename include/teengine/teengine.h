@@ -60,10 +60,10 @@ class Engine {
   std::string metrics_json() const;  // the `teengine run --json` object
   std::string explain() const;       // the plan, as `teengine run --explain` prints it
 
-  struct Impl;
+  struct Impl;  // the library's; users never construct one
+  explicit Engine(std::unique_ptr<Impl> impl);
 
  private:
-  explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

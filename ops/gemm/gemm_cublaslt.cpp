@@ -113,7 +113,7 @@ GemmContext::Impl& GemmContext::impl() {
 namespace detail {
 namespace {
 
-Plan* get_plan(GemmContext& ctx, const LtConfig& c) {
+Plan* get_plan(GemmContext& ctx, const LtConfig& c, const void* a_scale, const void* b_scale) {
   GemmContext::Impl& impl = ctx.impl();
   auto it = impl.plans.find(c.key());
   if (it != impl.plans.end()) {
@@ -128,7 +128,12 @@ Plan* get_plan(GemmContext& ctx, const LtConfig& c) {
   if (c.a_scale_mode >= 0) {
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, c.a_scale_mode);
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, c.b_scale_mode);
-    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(c.fast_accum ? 1 : 0));
+    // The heuristic rejects block-scaled problems without scale pointers: give it this call's (reset per call).
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
+    // Fast accumulation only exists for per-tensor scaling; block-scaled kernels always promote.
+    if (c.a_scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+      set_desc(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(c.fast_accum ? 1 : 0));
   }
   if (c.bias_epilogue) {
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<int32_t>(CUBLASLT_EPILOGUE_BIAS));
@@ -241,10 +246,10 @@ void execute(GemmContext& ctx, LtCall& call, Tensor& out, const GemmOptions& opt
       }
     }
   }
-  Plan* plan = get_plan(ctx, c);
+  Plan* plan = get_plan(ctx, c, call.a_scale, call.b_scale);
   if (!plan->ok && c.bias_epilogue) {
     c.bias_epilogue = false;  // cuBLASLt has no bias epilogue here: add it with a kernel after the GEMM
-    plan = get_plan(ctx, c);
+    plan = get_plan(ctx, c, call.a_scale, call.b_scale);
   }
   TE_CHECK_HINT(plan->ok, "GEMM " << gemm_role_name(c.role) << ": cuBLASLt has no algorithm for " << config_str(c),
                 "check the dtype combination (fp8: E5M2×E5M2 and 2D×2D block scales are unsupported on Hopper)");

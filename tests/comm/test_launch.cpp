@@ -2,6 +2,7 @@
 // stops the others instead of leaving them to their timeout.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -10,9 +11,9 @@
 
 namespace {
 
-std::string bin() {
+std::string bin() {  // set by meson test (tests/comm/meson.build)
   const char* b = std::getenv("TEENGINE_BIN");
-  return b ? b : "";
+  return b && ::access(b, X_OK) == 0 ? b : "";
 }
 
 int run(const std::string& cmd, std::string* out = nullptr) {
@@ -27,7 +28,7 @@ int run(const std::string& cmd, std::string* out = nullptr) {
 }
 
 TEST(Launch, SetsTheRendezvousEnvironment) {
-  if (bin().empty()) GTEST_SKIP() << "TEENGINE_BIN not set";
+  if (bin().empty()) GTEST_SKIP() << "TEENGINE_BIN is not set or not built";
   std::string out;
   const int rc = run(bin() + " launch -n 3 --master-port 29611 -- sh -c "
                              "'echo R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE A=$MASTER_ADDR P=$MASTER_PORT N=$NCCL_NVLS_ENABLE'",
@@ -40,7 +41,7 @@ TEST(Launch, SetsTheRendezvousEnvironment) {
 }
 
 TEST(Launch, ReturnsTheFirstFailureAndStopsTheOthers) {
-  if (bin().empty()) GTEST_SKIP() << "TEENGINE_BIN not set";
+  if (bin().empty()) GTEST_SKIP() << "TEENGINE_BIN is not set or not built";
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = run(bin() + " launch -n 3 -- sh -c 'if [ $RANK = 1 ]; then exit 7; fi; exec sleep 30'");
   EXPECT_EQ(rc, 7);

@@ -127,8 +127,10 @@ void setup_raw(RawLt& r, const GemmOperand& a, const GemmOperand& b, GemmRole ro
     set_attr(r.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode(qa.format));
     set_attr(r.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(bs.data_ptr()));
     set_attr(r.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(as.data_ptr()));
-    const int8_t fast = qa.format == QuantFormat::fp8_per_tensor && role == GemmRole::fprop;
-    set_attr(r.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast);
+    if (qa.format == QuantFormat::fp8_per_tensor) {  // fast accumulation: per-tensor fprop only (as te::gemm)
+      const int8_t fast = role == GemmRole::fprop;
+      set_attr(r.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast);
+    }
   }
   set_attr(r.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(ta));
   set_attr(r.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(tb));
