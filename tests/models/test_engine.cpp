@@ -109,13 +109,24 @@ TEST_P(Parity, ForwardAndGradientsMatchOneRank) {
   ASSERT_EQ(one.output.size(), many.output.size());
   EXPECT_LE(rel_l2(many.output, one.output), c.tol) << c.recipe << " tp " << c.tp;
 
+  // Gradients pass through quantized gradients (E5M2 under hybrid, E2M1 with stochastic rounding under NVFP4), so a
+  // one-ulp bf16 difference upstream (the row-parallel partial sums are rounded before the reduce-scatter) can flip
+  // a quantized value, and the two runs then hold partly independent quantization noise. Bound: within the recipe
+  // tolerance, or within the recipe's own error against bf16 at tp = 1 (measured: 0.55–0.85 of it; a sharding or
+  // reduction bug gives errors of order 1).
   RunResult g1 = run_model(small_model(c.recipe, 1, c.tokens, "train"), true);
   RunResult gn = run_model(small_model(c.recipe, c.tp, c.tokens, "train"), true);
+  RunResult ref = run_model(small_model("none", 1, c.tokens, "train"), true);
   ASSERT_EQ(g1.grads.size(), gn.grads.size());
   ModelSpec spec = parse_spec(small_model(c.recipe, 1, c.tokens, "train"), "<test>");
   auto specs = parameter_specs(spec);
-  for (size_t i = 0; i < g1.grads.size(); ++i)
-    EXPECT_LE(rel_l2(gn.grads[i], g1.grads[i]), c.tol) << c.recipe << " tp " << c.tp << " grad of " << specs[i].name;
+  for (size_t i = 0; i < g1.grads.size(); ++i) {
+    const double recipe_error = rel_l2(g1.grads[i], ref.grads[i]);
+    const double tol = std::max(c.tol, recipe_error);
+    EXPECT_LE(rel_l2(gn.grads[i], g1.grads[i]), tol)
+        << c.recipe << " tp " << c.tp << " grad of " << specs[i].name << " (recipe error vs bf16 " << recipe_error
+        << ")";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Parity,
