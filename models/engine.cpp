@@ -233,28 +233,31 @@ std::string Engine::explain() const {
   te::RecipeConfigs rc = te::recipe_configs(m.spec.precision, m.spec.run.seed);
   o << "device " << m.device.str() << ", " << w << " rank(s) on the local communicator\n";
   o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec.model.hidden << "]):\n";
-  auto line = [&](const std::string& what, te::Usage u, const std::optional<te::QuantizerConfig>& qc) {
+  // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
+  auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {
     std::optional<te::Quantizer> q;
-    if (qc) q.emplace(*qc, u);
-    te::GatherPlan p = te::plan_gather({local_tokens, m.spec.model.hidden}, q ? &*q : nullptr, u, w);
-    o << "  " << what << ": ";
+    if (qc) q.emplace(*qc, usages);
+    te::GatherPlan p = te::plan_gather({local_tokens, m.spec.model.hidden}, q ? &*q : nullptr, usages, w);
     if (!qc) {
-      o << te::gather_route_name(p.tensor_path) << " (" << te::dtype_name(m.spec.model.dtype) << ")\n";
+      o << "  " << what << ": " << te::gather_route_name(p.tensor_path) << " ("
+        << te::dtype_name(m.spec.model.dtype) << ")\n";
       return;
     }
-    const te::UsagePath& up = p.of(u);
-    o << te::gather_route_name(up.path);
-    if (!up.reason.empty()) o << " — " << up.reason;
-    o << "\n";
+    for (te::Usage u : {te::Usage::rowwise, te::Usage::columnwise}) {
+      if (!te::has_usage(usages, u)) continue;
+      const te::UsagePath& up = p.of(u);
+      o << "  " << what << ", " << te::usage_name(u) << ": " << te::gather_route_name(up.path);
+      if (!up.reason.empty()) o << " — " << up.reason;
+      o << "\n";
+    }
   };
   if (!sp) {
     o << "  none (no sequence parallelism)\n";
   } else {
-    line("column-parallel input, forward, row-wise", te::Usage::rowwise, rc.input);
+    line("column-parallel input, forward", te::Usage::rowwise, rc.input);
     if (m.spec.run.mode == te::RunMode::train) {
-      line("column-parallel input, backward re-gather, column-wise", te::Usage::columnwise, rc.input);
-      line("row-parallel output gradient, backward, row-wise", te::Usage::rowwise, rc.grad);
-      line("row-parallel output gradient, backward, column-wise", te::Usage::columnwise, rc.grad);
+      line("column-parallel input, backward re-gather", te::Usage::columnwise, rc.input);
+      line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
     }
   }
   return o.str();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: dependencies, the release build and its tests (CPU always; GPU cases skip without a GPU),
-# then an AddressSanitizer+UBSan build of the CPU suite (-Dcuda=disabled). `--quick` skips the sanitizer build.
+# then an AddressSanitizer+UBSan build of the CPU suite (-Dcuda=disabled), then the libFuzzer targets (clang) for a
+# bounded time after replaying their corpus. `--quick` skips the sanitizer and fuzz builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -14,4 +15,5 @@ if [ "${1:-}" != "--quick" ]; then
   ninja -C build-asan -j "$jobs"
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
       meson test -C build-asan --print-errorlogs --num-processes "$jobs"
+  FUZZ_JOBS=$jobs tools/fuzz.sh "${TE_FUZZ_SECONDS:-30}"
 fi
