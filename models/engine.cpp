@@ -198,6 +198,9 @@ float Engine::train_step(const HostTensor& input, const HostTensor& target) {
   });
 }
 
+int64_t Engine::hidden() const { return impl_->spec.model.hidden; }
+int64_t Engine::tokens() const { return impl_->spec.run.tokens; }
+
 std::string Engine::metrics_json() const {
   const Impl& m = *impl_;
   const te::CommMetrics& c = m.comms[0]->metrics();

@@ -52,6 +52,9 @@ class Engine {
   void load_weights(const std::string& safetensors_path);  // global (unsharded) tensors, TE names
   void save_weights(const std::string& safetensors_path) const;
 
+  int64_t hidden() const;  // model.hidden: the last dimension of every input and output
+  int64_t tokens() const;  // run.tokens of the spec (any multiple of tp works under sequence parallelism)
+
   // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
   HostTensor forward(const HostTensor& input);
   // One optimizer step on MSE(forward(input), target); returns the loss.
