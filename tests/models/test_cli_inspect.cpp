@@ -9,41 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "models/safetensors.h"
+#include "cli_test.h"
 
 namespace te {
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-class InspectCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const char* exe = std::getenv("TE_TEENGINE");
-    if (!exe) GTEST_SKIP() << "TE_TEENGINE not set (meson test sets it)";
-    exe_ = exe;
-    dir_ = fs::temp_directory_path() / ("te_inspect_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = "'" + exe_ + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-    const int st = std::system(cmd.c_str());
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
-  }
-  std::string exe_;
-  fs::path dir_;
-};
+class InspectCli : public CliTest {};
 
 TEST_F(InspectCli, GoodFileTableAndJson) {
   const fs::path p = dir_ / "good.safetensors";

@@ -1,0 +1,48 @@
+// A fixture that runs the built `teengine` (path in $TE_TEENGINE, set by meson test) in a scratch directory and
+// captures exit code, stdout and stderr.
+#pragma once
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace te {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* exe = std::getenv("TE_TEENGINE");
+    if (!exe) GTEST_SKIP() << "TE_TEENGINE not set (meson test sets it)";
+    exe_ = exe;
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("te_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  Result run(const std::string& args) {
+    const std::filesystem::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = "'" + exe_ + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+    const int st = std::system(cmd.c_str());
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
+  }
+  std::string exe_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace te

@@ -1,0 +1,70 @@
+// `teengine run` end to end through the built binary: the JSON contract, --output/--save-weights round trips,
+// a non-finite loss stopping training with its step number, and bad input exiting 2.
+#include <nlohmann/json.hpp>
+
+#include "cli_test.h"
+#include "models/safetensors.h"
+
+namespace te {
+namespace {
+
+class RunCli : public CliTest {
+ protected:
+  std::string model() const { return std::string(std::getenv("TE_MODELS_DIR")) + "/tiny.yaml"; }
+  std::string fast() const { return " --set run.tokens=64 --set run.device=cpu "; }
+};
+
+TEST_F(RunCli, InferenceWritesOutputAndTheJsonContract) {
+  const std::string out = (dir_ / "out.safetensors").string(), js = (dir_ / "m.json").string();
+  Result r = run("run " + model() + fast() + "--output " + out + " --json " + js);
+  ASSERT_EQ(r.code, 0) << r.err;
+  SafetensorsReader rd = SafetensorsReader::open(out);
+  EXPECT_EQ(rd.entry("output").shape, (Shape{64, 256}));
+  EXPECT_EQ(rd.entry("output").dtype, DType::bf16);
+  auto j = nlohmann::json::parse(slurp(js));
+  for (const char* k : {"model", "mode", "device", "world_size", "recipe", "tokens", "steps", "step_ms",
+                        "tokens_per_s", "peak_bytes", "loss", "comm"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["recipe"], "fp8_block");
+  EXPECT_GT(j["comm"]["gather"]["quantized"]["calls"].get<int>(), 0);
+  EXPECT_TRUE(j["comm"]["gather"]["fallback"].contains("bytes"));
+  EXPECT_TRUE(j["comm"]["reduce_scatter"].contains("calls"));
+  EXPECT_TRUE(j["comm"]["all_reduce"].contains("bytes"));
+}
+
+TEST_F(RunCli, SavedWeightsReproduceTheOutputBitExactly) {
+  const std::string w = (dir_ / "w.safetensors").string(), a = (dir_ / "a.safetensors").string(),
+                    b = (dir_ / "b.safetensors").string();
+  Result t = run("run " + model() + fast() + "--set run.mode=train --set run.steps=3 --save-weights " + w +
+                 " --output " + a);
+  ASSERT_EQ(t.code, 0) << t.err;
+  Result i = run("run " + model() + fast() + "--set weights=" + w + " --output " + b);
+  ASSERT_EQ(i.code, 0) << i.err;
+  Tensor ta = SafetensorsReader::open(a).read("output"), tb = SafetensorsReader::open(b).read("output");
+  ASSERT_EQ(ta.nbytes(), tb.nbytes());
+  EXPECT_EQ(0, std::memcmp(ta.data_ptr(), tb.data_ptr(), ta.nbytes()));
+}
+
+TEST_F(RunCli, NonFiniteLossStopsWithTheStepNumber) {
+  Result r = run("run " + model() + fast() +
+                 "--set run.mode=train --set run.steps=6 --set precision.recipe=none --set run.optimizer.lr=1.0e30");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("loss is not finite at step"), std::string::npos) << r.err;
+}
+
+TEST_F(RunCli, BadInputExitsTwo) {
+  std::ofstream(dir_ / "bad.yaml") << "model: {hidden: 256, layerz: 2}\n";
+  Result r = run("run " + (dir_ / "bad.yaml").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bad.yaml"), std::string::npos) << r.err;
+  EXPECT_EQ(run("run " + model() + " --set parallel.tp=3").code, 2);
+  EXPECT_EQ(run("run " + model() + " --bogus").code, 2);
+  EXPECT_EQ(run("run /nonexistent.yaml").code, 2);
+  const std::string no_out = (dir_ / "never.safetensors").string();
+  EXPECT_EQ(run("run " + model() + fast() + "--input /nonexistent.safetensors --output " + no_out).code, 2);
+  EXPECT_FALSE(std::filesystem::exists(no_out)) << "no partial output file";
+}
+
+}  // namespace
+}  // namespace te
