@@ -1,5 +1,7 @@
 #include "models/rank_model.h"
 
+#include <cmath>
+
 #include "comm/gather.h"
 #include "engine/error.h"
 #include "graph/optimizer.h"
@@ -126,6 +128,9 @@ float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step)
   Tensor sum = Tensor::from_f32({static_cast<float>(local)}, {1}, DType::f32, ctx_.device);
   if (ctx_.gathers()) all_reduce(sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
   const float loss = static_cast<float>(sum.to_f32_vector(ctx_.stream)[0] / n);
+  // Every rank sees the same global loss: a non-finite one skips backward and the update together, so the weights
+  // stay those of the last good step (the caller decides whether to stop or go on).
+  if (!std::isfinite(loss)) return loss;
 
   Tensor dy = cast(scale_tensor(diff, static_cast<float>(2.0 / n), ctx_.stream), ctx_.dtype, ctx_.stream);
   for (auto li = layers_.rbegin(); li != layers_.rend(); ++li)

@@ -20,6 +20,7 @@ class RankModel {
 
   Tensor forward(const Tensor& x);
   // One optimizer step on mean((forward(x) - target)²) over all T·H elements; returns that loss (every rank).
+  // A non-finite loss leaves the weights untouched (no backward, no update).
   float train_step(const Tensor& x, const Tensor& target, int64_t step);
   // Copies this rank's master shards into the global tensors (host).
   void export_params(GlobalParams& global) const;

@@ -57,7 +57,8 @@ class Engine {
 
   // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
   HostTensor forward(const HostTensor& input);
-  // One optimizer step on MSE(forward(input), target); returns the loss.
+  // One optimizer step on MSE(forward(input), target); returns the loss. A non-finite loss skips the update, so
+  // the weights (and save_weights) stay those of the last good step.
   float train_step(const HostTensor& input, const HostTensor& target);
 
   std::string metrics_json() const;  // the `teengine run --json` object

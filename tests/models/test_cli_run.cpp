@@ -1,5 +1,7 @@
 // `teengine run` end to end through the built binary: the JSON contract, --output/--save-weights round trips,
 // a non-finite loss stopping training with its step number, and bad input exiting 2.
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "cli_test.h"
@@ -46,11 +48,16 @@ TEST_F(RunCli, SavedWeightsReproduceTheOutputBitExactly) {
   EXPECT_EQ(0, std::memcmp(ta.data_ptr(), tb.data_ptr(), ta.nbytes()));
 }
 
-TEST_F(RunCli, NonFiniteLossStopsWithTheStepNumber) {
-  Result r = run("run " + model() + fast() +
-                 "--set run.mode=train --set run.steps=6 --set precision.recipe=none --set run.optimizer.lr=1.0e30");
+TEST_F(RunCli, NonFiniteLossStopsWithTheStepNumberAndSavesTheLastGoodWeights) {
+  const std::string w = (dir_ / "w.safetensors").string();
+  Result r = run("run " + model() + fast() + "--set run.mode=train --set run.steps=6 --set precision.recipe=none " +
+                 "--set run.optimizer.lr=1.0e30 --save-weights " + w);
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("loss is not finite at step"), std::string::npos) << r.err;
+  ASSERT_TRUE(std::filesystem::exists(w));
+  SafetensorsReader rd = SafetensorsReader::open(w);
+  for (const auto& e : rd.entries())
+    for (float v : rd.read(e.name).to_f32_vector()) ASSERT_TRUE(std::isfinite(v)) << e.name;
 }
 
 TEST_F(RunCli, BadInputExitsTwo) {

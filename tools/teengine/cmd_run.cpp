@@ -85,9 +85,15 @@ int run(const RunOptions& o) {
       float loss = engine.train_step(x, to_host(target));
       nlohmann::json m = nlohmann::json::parse(engine.metrics_json());
       progress(s, spec.run.steps, loss, m["step_ms"].back().get<double>());
-      if (!std::isfinite(loss) && !o.keep_going)
-        TE_THROW("loss is not finite at step " << s << " (" << loss << ")",
-                 "lower optimizer.lr, try recipe none to compare, or pass --keep-going");
+      if (!std::isfinite(loss) && !o.keep_going) {
+        // The engine skipped this step's update: what --save-weights writes is the last good step.
+        if (!o.save_weights.empty()) engine.save_weights(o.save_weights);
+        TE_THROW("loss is not finite at step " << s << " (" << loss << "); the update was skipped"
+                                               << (o.save_weights.empty() ? "" : ", weights of step " +
+                                                                                     std::to_string(s - 1) +
+                                                                                     " saved to " + o.save_weights),
+                 "lower run.optimizer.lr, compare with precision.recipe=none, or pass --keep-going");
+      }
     } else {
       out = engine.forward(x);
     }
@@ -146,7 +152,7 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--save-weights", o->save_weights, "write the (trained) global weights to this safetensors file");
   sub->add_option("--json", o->json, "write the metrics JSON to this file");
   sub->add_flag("--explain", o->explain, "print the plan: layers, parallel layout, gather paths");
-  sub->add_flag("--keep-going", o->keep_going, "train past a non-finite loss");
+  sub->add_flag("--keep-going", o->keep_going, "train past a non-finite loss (its update is skipped)");
   return {sub, [o] { return run(*o); }};
 }
 }  // namespace te::cli
