@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: dependencies, the release build and its tests (CPU always; GPU cases skip without a GPU),
-# then an AddressSanitizer+UBSan build of the CPU suite (-Dcuda=disabled), then the libFuzzer targets (clang) for a
-# bounded time after replaying their corpus. `--quick` skips the sanitizer and fuzz builds.
+# then an AddressSanitizer+UBSan build of the CPU suite (-Dcuda=disabled), a ThreadSanitizer build of the
+# concurrency tests (the local communicator's rank threads, concurrent Engine::forward), then the libFuzzer targets
+# (clang) for a bounded time after replaying their corpus. `--quick` skips the sanitizer and fuzz builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -15,5 +16,11 @@ if [ "${1:-}" != "--quick" ]; then
   ninja -C build-asan -j "$jobs"
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
       meson test -C build-asan --print-errorlogs --num-processes "$jobs"
+  [ -d build-tsan ] || meson setup build-tsan -Dcuda=disabled -Dbuildtype=debugoptimized \
+      -Db_sanitize=thread -Db_lundef=false
+  ninja -C build-tsan -j "$jobs" tests/models/models_tests tests/comm/comm_tests
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 TEENGINE_LOG=error
+  build-tsan/tests/models/models_tests --gtest_brief=1 --gtest_filter='EngineApi.ConcurrentForward*:Parity*none*'
+  build-tsan/tests/comm/comm_tests --gtest_brief=1 --gtest_filter='*Local*:*Timeout*:*Abort*:*SeedRegression*'
   FUZZ_JOBS=$jobs tools/fuzz.sh "${TE_FUZZ_SECONDS:-30}"
 fi

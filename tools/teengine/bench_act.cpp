@@ -14,16 +14,6 @@
 namespace te::cli {
 namespace {
 
-// Each timed sample runs the op kInner times back to back (as a graph would) so that the host's launch latency,
-// paid once per sample between the events, does not count as kernel time; timings are per op.
-constexpr int kInner = 20;
-template <class F>
-std::function<void()> inner(F f) {
-  return [f] {
-    for (int i = 0; i < kInner; ++i) f();
-  };
-}
-double per_op(const bench::Timing& t) { return t.median_ms / kInner; }
 
 struct ActOpts {
   std::string op = "gelu", shape = "8192x16384", dtype = "bf16", device = "auto";
@@ -66,13 +56,13 @@ int run_act(const ActOpts& o) {
   const double tol = *dt == DType::f32 ? 1e-5 : 1e-2;
   const bool ok = err_fwd <= tol && err_bwd <= tol;
 
-  const bench::Timing tf = bench::time_it(inner([&] { act_forward(*kind, x, y, stream); }), stream);
-  const bench::Timing tb = bench::time_it(inner([&] { act_backward(*kind, dy, x, dx, stream); }), stream);
+  const bench::Timing tf = bench::time_per_op([&] { act_forward(*kind, x, y, stream); }, stream);
+  const bench::Timing tb = bench::time_per_op([&] { act_backward(*kind, dy, x, dx, stream); }, stream);
   const double copy = bench::copy_bandwidth_gbs(stream);
   const double es = dtype_bits(*dt) / 8.0;
   const double fwd_bytes = (double(M) * in + double(M) * F) * es;           // read x, write y
   const double bwd_bytes = (double(M) * F + 2.0 * double(M) * in) * es;     // read dy, x; write dx
-  const double fwd_gbs = fwd_bytes / (per_op(tf) * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (per_op(tb) * 1e-3) / 1e9;
+  const double fwd_gbs = fwd_bytes / (tf.median_ms * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (tb.median_ms * 1e-3) / 1e9;
   nlohmann::json r = {{"bench", "act"},
                       {"op", std::string(act_kind_name(*kind))},
                       {"shape", {M, F}},
@@ -83,10 +73,10 @@ int run_act(const ActOpts& o) {
                       {"rel_l2_fwd_vs_cpu", err_fwd},
                       {"rel_l2_bwd_vs_cpu", err_bwd},
                       {"validated_rows", R},
-                      {"ops_per_timed_sample", kInner},
-                      {"fwd_ms", per_op(tf)},
+                      {"ops_per_timed_sample", bench::kOpsPerSample},
+                      {"fwd_ms", tf.median_ms},
                       {"fwd_gbs", fwd_gbs},
-                      {"bwd_ms", per_op(tb)},
+                      {"bwd_ms", tb.median_ms},
                       {"bwd_gbs", bwd_gbs},
                       {"copy_gbs", copy},
                       {"fwd_fraction_of_copy", fwd_gbs / copy},

@@ -17,16 +17,6 @@
 namespace te::cli {
 namespace {
 
-// Each timed sample runs the op kInner times back to back (as a graph would) so that the host's launch latency,
-// paid once per sample between the events, does not count as kernel time; timings are per op.
-constexpr int kInner = 20;
-template <class F>
-std::function<void()> inner(F f) {
-  return [f] {
-    for (int i = 0; i < kInner; ++i) f();
-  };
-}
-double per_op(const bench::Timing& t) { return t.median_ms / kInner; }
 
 struct NormOpts {
   std::string op = "layernorm", shape = "8192x4096", dtype = "bf16", quantize, device = "auto";
@@ -94,10 +84,10 @@ int run_norm(const NormOpts& o) {
   const double tol = *dt == DType::f32 ? 1e-5 : 1e-2;
   const bool ok = err_fwd <= tol && err_bwd <= tol;
 
-  const bench::Timing tf = bench::time_it(inner([&] { norm_forward(*kind, x, gamma, beta, o.eps, f.out, f.mean, f.rstd, stream); }), stream);
+  const bench::Timing tf = bench::time_per_op([&] { norm_forward(*kind, x, gamma, beta, o.eps, f.out, f.mean, f.rstd, stream); }, stream);
   Tensor dgamma = b.dgamma, dbeta = b.dbeta;
   const bench::Timing tb =
-      bench::time_it(inner([&] { norm_backward(*kind, dy, x, f.mean, f.rstd, gamma, b.dx, dgamma, dbeta, stream); }), stream);
+      bench::time_per_op([&] { norm_backward(*kind, dy, x, f.mean, f.rstd, gamma, b.dx, dgamma, dbeta, stream); }, stream);
   const double copy = bench::copy_bandwidth_gbs(stream);
 
   const double es = dtype_bits(*dt) / 8.0;
@@ -105,7 +95,7 @@ int run_norm(const NormOpts& o) {
   // fwd: read x, write y, stats; bwd: read x, dy, write dx (+ stats, gamma; dgamma/dbeta negligible)
   const double fwd_bytes = 2.0 * M * H * es + stats + (ln ? 2 : 1) * H * es;
   const double bwd_bytes = 3.0 * M * H * es + stats + H * es;
-  const double fwd_gbs = fwd_bytes / (per_op(tf) * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (per_op(tb) * 1e-3) / 1e9;
+  const double fwd_gbs = fwd_bytes / (tf.median_ms * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (tb.median_ms * 1e-3) / 1e9;
   nlohmann::json r = {{"bench", "norm"},
                       {"op", std::string(norm_kind_name(*kind))},
                       {"shape", {M, H}},
@@ -115,10 +105,10 @@ int run_norm(const NormOpts& o) {
                       {"rel_l2_fwd_vs_cpu", err_fwd},
                       {"rel_l2_bwd_dx_vs_cpu", err_bwd},
                       {"validated_rows", R},
-                      {"ops_per_timed_sample", kInner},
-                      {"fwd_ms", per_op(tf)},
+                      {"ops_per_timed_sample", bench::kOpsPerSample},
+                      {"fwd_ms", tf.median_ms},
                       {"fwd_gbs", fwd_gbs},
-                      {"bwd_ms", per_op(tb)},
+                      {"bwd_ms", tb.median_ms},
                       {"bwd_gbs", bwd_gbs},
                       {"copy_gbs", copy},
                       {"fwd_fraction_of_copy", fwd_gbs / copy},
@@ -139,20 +129,20 @@ int run_norm(const NormOpts& o) {
     };
     qok = bytes(fused.out.rowwise_data) == bytes(plain.out.rowwise_data) &&
           bytes(fused.out.rowwise_scale_inv) == bytes(plain.out.rowwise_scale_inv);
-    const bench::Timing tq = bench::time_it(inner(
-        [&] { (void)norm_forward_quantized(*kind, x, gamma, beta, o.eps, *dt, quant, stream); }), stream);
-    const bench::Timing tu = bench::time_it(inner(
-        [&] { (void)norm_forward_then_quantize(*kind, x, gamma, beta, o.eps, *dt, quant, stream); }), stream);
+    const bench::Timing tq = bench::time_per_op(
+        [&] { (void)norm_forward_quantized(*kind, x, gamma, beta, o.eps, *dt, quant, stream); }, stream);
+    const bench::Timing tu = bench::time_per_op(
+        [&] { (void)norm_forward_then_quantize(*kind, x, gamma, beta, o.eps, *dt, quant, stream); }, stream);
     // read x, write fp8 data + scales + stats
     const double qbytes = double(M) * H * (es + 1.0) + 4.0 * M * ((H + 127) / 128) + stats;
     r["quantize"] = o.quantize;
     r["quantize_fused_kernel"] = fused.fused;
     r["quantize_bytes_equal_unfused"] = qok;
-    r["fused_ms"] = per_op(tq);
-    r["fused_gbs"] = qbytes / (per_op(tq) * 1e-3) / 1e9;
-    r["fused_fraction_of_copy"] = qbytes / (per_op(tq) * 1e-3) / 1e9 / copy;
-    r["unfused_ms"] = per_op(tu);
-    r["fused_speedup"] = per_op(tu) / per_op(tq);
+    r["fused_ms"] = tq.median_ms;
+    r["fused_gbs"] = qbytes / (tq.median_ms * 1e-3) / 1e9;
+    r["fused_fraction_of_copy"] = qbytes / (tq.median_ms * 1e-3) / 1e9 / copy;
+    r["unfused_ms"] = tu.median_ms;
+    r["fused_speedup"] = tu.median_ms / tq.median_ms;
   }
   r["validated"] = ok && qok;
   bench::print_report(r, o.json);

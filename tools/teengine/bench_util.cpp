@@ -36,6 +36,18 @@ Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup
   return t;
 }
 
+Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int per_sample) {
+  Timing t = time_it(
+      [&] {
+        for (int i = 0; i < per_sample; ++i) fn();
+      },
+      stream);
+  t.median_ms /= per_sample;
+  t.min_ms /= per_sample;
+  t.max_ms /= per_sample;
+  return t;
+}
+
 double copy_bandwidth_gbs(const Stream& stream, int64_t bytes) {
   Device d = stream.device();
   if (d.is_cpu()) bytes = std::min<int64_t>(bytes, int64_t(64) << 20);

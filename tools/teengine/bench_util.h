@@ -17,6 +17,11 @@ struct Timing {
 // Runs `fn` `warmup` times, then `repeats` times, each timed with events on `stream` (host clock on the CPU).
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup = 5, int repeats = 30);
 
+// As time_it, but each timed sample runs `fn` `per_sample` times back to back (as a graph would), so the host's
+// launch latency paid once per sample does not count as kernel time; the returned times are per call of `fn`.
+constexpr int kOpsPerSample = 20;
+Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int per_sample = kOpsPerSample);
+
 // Device-to-device copy bandwidth (bytes read + written per second) measured now on `stream`'s device.
 double copy_bandwidth_gbs(const Stream& stream, int64_t bytes = int64_t(1) << 30);
 
