@@ -134,8 +134,11 @@ QuantizedTensor Quantizer::quantize(const Tensor& x_in, const Stream& stream, co
   if (p.rowwise) make_copy(Usage::rowwise, qt.rowwise_data, qt.rowwise_scale_inv, out.row);
   if (p.columnwise) make_copy(Usage::columnwise, qt.columnwise_data, qt.columnwise_scale_inv, out.col);
 
+  // The amax tensors live until the cast below has read them (the cast reads both pointers even when a usage is
+  // absent from the result).
+  Tensor amax, col_amax;
   if (f == QuantFormat::fp8_per_tensor) {
-    Tensor amax = Tensor::zeros({1}, DType::f32, dev, stream);  // [1] max|x| of this tensor
+    amax = Tensor::zeros({1}, DType::f32, dev, stream);  // [1] max|x| of this tensor
     k.amax(in, p, amax.data<float>(), nullptr, stream);
     if (config_.scaling == ScalingKind::delayed) {
       ensure_delayed_state(dev, stream);
@@ -147,8 +150,8 @@ QuantizedTensor Quantizer::quantize(const Tensor& x_in, const Stream& stream, co
     qt.rowwise_amax = qt.columnwise_amax = amax;
     out.row_amax = out.col_amax = amax.data<float>();
   } else if (is_fp4_format(f)) {
-    Tensor amax = Tensor::zeros({1}, DType::f32, dev, stream);
-    Tensor col_amax = qt.columnwise_rht ? Tensor::zeros({1}, DType::f32, dev, stream) : amax;
+    amax = Tensor::zeros({1}, DType::f32, dev, stream);
+    col_amax = qt.columnwise_rht ? Tensor::zeros({1}, DType::f32, dev, stream) : amax;
     k.amax(in, p, amax.data<float>(), qt.columnwise_rht ? col_amax.data<float>() : nullptr, stream);
     if (reduce) {
       reduce(amax, stream);
