@@ -20,7 +20,7 @@ if [ "${1:-}" != "--quick" ]; then
       -Db_sanitize=thread -Db_lundef=false
   ninja -C build-tsan -j "$jobs" tests/models/models_tests tests/comm/comm_tests
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 TEENGINE_LOG=error
-  build-tsan/tests/models/models_tests --gtest_brief=1 --gtest_filter='EngineApi.ConcurrentForward*:Parity*none*'
+  build-tsan/tests/models/models_tests --gtest_brief=1 --gtest_filter='EngineApi.ConcurrentForward*:*Parity*none*'
   build-tsan/tests/comm/comm_tests --gtest_brief=1 --gtest_filter='*Local*:*Timeout*:*Abort*:*SeedRegression*'
   FUZZ_JOBS=$jobs tools/fuzz.sh "${TE_FUZZ_SECONDS:-30}"
 fi
