@@ -9,20 +9,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/compare.h"
 #include "comm/local_communicator.h"
 #include "models/rank_model.h"
 
 namespace te {
 namespace {
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 std::string small_model(const std::string& recipe, int tp, int64_t tokens, const std::string& mode) {
   return "name: parity\n"

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/compare.h"
 #include "engine/error.h"
 #include "ops/act/act.h"
 #include "tools/teengine/bench_util.h"
@@ -19,16 +20,6 @@ struct ActOpts {
   std::string op = "gelu", shape = "8192x16384", dtype = "bf16", device = "auto";
   bool json = false;
 };
-
-double rel_l2(const std::vector<float>& ref, const std::vector<float>& got) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 int run_act(const ActOpts& o) {
   const auto kind = act_kind_from_name(o.op);
@@ -51,8 +42,8 @@ int run_act(const ActOpts& o) {
 
   const int64_t R = std::min<int64_t>(M, 256);
   const Tensor xs = x.narrow(0, 0, R).to(Device::cpu(), stream), dys = dy.narrow(0, 0, R).to(Device::cpu(), stream);
-  const double err_fwd = rel_l2(act_forward(*kind, xs, *dt).to_f32_vector(), y.narrow(0, 0, R).to_f32_vector(stream));
-  const double err_bwd = rel_l2(act_backward(*kind, dys, xs).to_f32_vector(), dx.narrow(0, 0, R).to_f32_vector(stream));
+  const double err_fwd = rel_l2(y.narrow(0, 0, R).to_f32_vector(stream), act_forward(*kind, xs, *dt).to_f32_vector());
+  const double err_bwd = rel_l2(dx.narrow(0, 0, R).to_f32_vector(stream), act_backward(*kind, dys, xs).to_f32_vector());
   const double tol = *dt == DType::f32 ? 1e-5 : 1e-2;
   const bool ok = err_fwd <= tol && err_bwd <= tol;
 

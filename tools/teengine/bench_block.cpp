@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "engine/compare.h"
 #include "comm/local_communicator.h"
 #include "models/rank_model.h"
 #include "tools/teengine/bench_util.h"
@@ -62,15 +63,6 @@ std::unique_ptr<Bench> make(const std::string& yaml, Device device, bool train) 
   b->target = Tensor::empty(s, DType::bf16, device, b->ctx.stream);
   b->target.fill_normal(12, 0.f, 1.f, b->ctx.stream);
   return b;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 // The module's GEMMs (fprop; plus dgrad and wgrad with --backward) on operands quantized once, outside the timing.

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/compare.h"
 #include "engine/error.h"
 #include "ops/norm/norm.h"
 #include "ops/norm/norm_quantize.h"
@@ -30,16 +31,6 @@ std::pair<int64_t, int64_t> parse_mxn(const std::string& s) {
   if (x == std::string::npos || std::sscanf(s.c_str(), "%lldx%lld", &m, &n) != 2 || m <= 0 || n <= 0)
     TE_INPUT_ERROR("bad --shape '" << s << "'", "use ROWSxCOLS, e.g. 8192x4096");
   return {m, n};
-}
-
-double rel_l2(const std::vector<float>& ref, const std::vector<float>& got) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 int run_norm(const NormOpts& o) {
@@ -78,8 +69,8 @@ int run_norm(const NormOpts& o) {
   const Tensor gc = gamma.to(Device::cpu(), stream), bc = ln ? beta.to(Device::cpu(), stream) : Tensor();
   NormForward fr = norm_forward(*kind, xs, gc, bc, o.eps, *dt, cpu);
   NormBackward br = norm_backward(*kind, dys, xs, fr.mean, fr.rstd, gc, cpu);
-  const double err_fwd = rel_l2(fr.out.to_f32_vector(), f.out.narrow(0, 0, R).to_f32_vector(stream));
-  const double err_bwd = rel_l2(br.dx.to_f32_vector(), b.dx.narrow(0, 0, R).to_f32_vector(stream));
+  const double err_fwd = rel_l2(f.out.narrow(0, 0, R).to_f32_vector(stream), fr.out.to_f32_vector());
+  const double err_bwd = rel_l2(b.dx.narrow(0, 0, R).to_f32_vector(stream), br.dx.to_f32_vector());
   // GPU vs CPU, both rounded to dt: a few output ulps.
   const double tol = *dt == DType::f32 ? 1e-5 : 1e-2;
   const bool ok = err_fwd <= tol && err_bwd <= tol;
