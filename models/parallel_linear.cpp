@@ -22,7 +22,7 @@ ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Para
   }
 }
 
-const GemmOperand ParallelLinear::weight_operand(RankContext& ctx) {
+GemmOperand ParallelLinear::weight_operand(RankContext& ctx) {
   if (!q_weight_) return GemmOperand(p_.weight->value);
   if (!weight_q_) {
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)

@@ -37,7 +37,7 @@ class ParallelLinear {
   void update_backward_scales(RankContext& ctx);
 
  private:
-  const GemmOperand weight_operand(RankContext& ctx);
+  GemmOperand weight_operand(RankContext& ctx);  // the cached quantized weight, or the HP weight
   GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx);
 
   ParallelMode mode_;

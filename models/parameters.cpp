@@ -55,12 +55,9 @@ GlobalParams load_params(const ModelSpec& spec, const std::string& path) {
 
 void save_params(const GlobalParams& params, DType dtype, const std::string& path) {
   std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < params.specs.size(); ++i) {
-    Tensor t = Tensor::empty(params.values[i].shape(), dtype);
-    std::vector<float> v = params.values[i].to_f32_vector();
-    t = Tensor::from_f32(v, params.values[i].shape(), dtype);
-    out.emplace(params.specs[i].name, t);
-  }
+  for (size_t i = 0; i < params.specs.size(); ++i)
+    out.emplace(params.specs[i].name,
+                Tensor::from_f32(params.values[i].to_f32_vector(), params.values[i].shape(), dtype));
   write_safetensors(path, out);
 }
 
