@@ -169,6 +169,10 @@ void SafetensorsReader::parse_header(std::string_view header, uint64_t data_byte
       fail(L, "header byte " + std::to_string(e.byte) + ": a tensor name or string is not valid UTF-8",
            "safetensors names must be UTF-8: re-export the file with valid names");
     fail(L, "the header is not valid JSON (byte " + std::to_string(e.byte) + " of the header): " + why, kReexport);
+  } catch (const json::exception& e) {
+    // Parses that are syntactically JSON but unrepresentable, e.g. a number past the double range (found by
+    // fuzz_safetensors: out_of_range.406 on '444444444e4444444444').
+    fail(L, std::string("the JSON header cannot be read: ") + e.what(), kReexport);
   }
   if (!h.is_object()) fail(L, "the JSON header is not an object", kReexport);
 

@@ -3,6 +3,8 @@
 # N seconds (default 60). New inputs go to build-fuzz/corpus-new/<target>; crashes to build-fuzz/crashes/<target>.
 # A crash exits non-zero: turn the reproducer into a test (copy it into tests/fuzz/corpus/<target>/ and fix).
 #   tools/fuzz.sh [SECONDS] [BUILD_DIR]
+# With FUZZ_RUNS=N the run is deterministic instead (N inputs from seed FUZZ_SEED, default 1): what CI uses, so a
+# green CI stays green for the same code.
 set -euo pipefail
 secs="${1:-60}"
 build="${2:-build-fuzz}"
@@ -22,8 +24,14 @@ for t in spec safetensors; do
   mkdir -p "$new" "$crashes"
   echo "== fuzz_$t: replaying $(ls "$seeds" | wc -l) corpus files"
   "$exe" -runs=0 "$seeds"
-  echo "== fuzz_$t: fuzzing for ${secs}s"
-  "$exe" -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    budget=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
+    echo "== fuzz_$t: $FUZZ_RUNS deterministic runs (seed ${FUZZ_SEED:-1})"
+  else
+    budget=(-max_total_time="$secs")
+    echo "== fuzz_$t: fuzzing for ${secs}s"
+  fi
+  "$exe" "${budget[@]}" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$crashes/" "$new" "$seeds"
 done
 echo "fuzz: no crashes"

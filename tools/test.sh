@@ -22,5 +22,5 @@ if [ "${1:-}" != "--quick" ]; then
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 TEENGINE_LOG=error
   build-tsan/tests/models/models_tests --gtest_brief=1 --gtest_filter='EngineApi.ConcurrentForward*:*Parity*none*'
   build-tsan/tests/comm/comm_tests --gtest_brief=1 --gtest_filter='*Local*:*Timeout*:*Abort*:*SeedRegression*'
-  FUZZ_JOBS=$jobs tools/fuzz.sh "${TE_FUZZ_SECONDS:-30}"
+  FUZZ_JOBS=$jobs FUZZ_RUNS=${TE_FUZZ_RUNS:-150000} tools/fuzz.sh
 fi
