@@ -83,6 +83,26 @@ std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
   return std::nullopt;
 }
 
+namespace {
+// The little-endian u64 header length at the start of a file of `size` bytes, checked against the file and the
+// limit before anything is allocated. `first8` is read only when size >= 8.
+uint64_t checked_header_length(const std::string& where, const uint8_t* first8, uint64_t size) {
+  if (size < 8)
+    fail(where, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kReexport);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | first8[i];
+  if (n > kSafetensorsMaxHeaderBytes)
+    fail(where, "header length field claims " + std::to_string(n) + " bytes (limit " +
+                    std::to_string(kSafetensorsMaxHeaderBytes) + "): not a safetensors file, or corrupt",
+         kReexport);
+  if (n > size - 8)
+    fail(where, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
+                    " bytes): truncated",
+         kReexport);
+  return n;
+}
+}  // namespace
+
 SafetensorsReader SafetensorsReader::open(const std::string& path) {
   SafetensorsReader r;
   r.label_ = path;
@@ -94,21 +114,10 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   const auto end = f.tellg();
   if (end < 0) fail(path, "cannot determine the file size", "pass a regular file");
   const uint64_t size = static_cast<uint64_t>(end);
-  if (size < 8)
-    fail(path, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kReexport);
+  uint8_t len_bytes[8] = {};
   f.seekg(0);
-  uint8_t len_bytes[8];
-  f.read(reinterpret_cast<char*>(len_bytes), 8);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n > kSafetensorsMaxHeaderBytes)
-    fail(path, "header length field claims " + std::to_string(n) + " bytes (limit " +
-                   std::to_string(kSafetensorsMaxHeaderBytes) + "): not a safetensors file, or corrupt",
-         kReexport);
-  if (n > size - 8)
-    fail(path, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
-                   " bytes): truncated",
-         kReexport);
+  if (size >= 8) f.read(reinterpret_cast<char*>(len_bytes), 8);
+  const uint64_t n = checked_header_length(path, len_bytes, size);
   std::string header(n, '\0');
   f.read(header.data(), static_cast<std::streamsize>(n));
   if (!f) fail(path, "read error in the header", "check the file system");
@@ -121,18 +130,7 @@ SafetensorsReader SafetensorsReader::from_bytes(std::string bytes, const std::st
   SafetensorsReader r;
   r.label_ = label;
   const uint64_t size = bytes.size();
-  if (size < 8)
-    fail(label, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kReexport);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
-  if (n > kSafetensorsMaxHeaderBytes)
-    fail(label, "header length field claims " + std::to_string(n) + " bytes (limit " +
-                    std::to_string(kSafetensorsMaxHeaderBytes) + "): not a safetensors file, or corrupt",
-         kReexport);
-  if (n > size - 8)
-    fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
-                    " bytes): truncated",
-         kReexport);
+  const uint64_t n = checked_header_length(label, reinterpret_cast<const uint8_t*>(bytes.data()), size);
   r.data_start_ = 8 + n;
   r.memory_ = std::make_shared<const std::string>(std::move(bytes));
   r.parse_header(std::string_view(*r.memory_).substr(8, n), size - 8 - n);
