@@ -70,13 +70,28 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
     return gemm(quantize_local(q_input_, h, Usage::rowwise, ctx), weight_operand(ctx), GemmRole::fprop, opts,
                 *ctx.gemm, ctx.stream);
   }
-  // Row-parallel: x [T, N/W] → partial [T, H] → reduce over the group. The bias joins rank 0's partial only, so it
-  // is added exactly once (inside the GEMM epilogue, before the output rounding).
   if (ctx.training) x_ = x;
+  return row_forward(quantize_local(q_input_, x, Usage::rowwise, ctx), ctx);
+}
+
+Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx) {
+  if (mode_ == ParallelMode::row && q_input_ && !ctx.training) {
+    q_input_->set_usages(Usage::rowwise);
+    if (act != ActKind::swiglu && q_input_->can_fuse_activation(pre))
+      return row_forward(GemmOperand(q_input_->quantize_activation(
+                             act == ActKind::gelu ? QuantPreAct::gelu : QuantPreAct::relu, pre, ctx.stream)),
+                         ctx);
+  }
+  return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
+}
+
+// Row-parallel: x [T, N/W] → partial [T, H] → reduce over the group. The bias joins rank 0's partial only, so it
+// is added exactly once (inside the GEMM epilogue, before the output rounding).
+Tensor ParallelLinear::row_forward(const GemmOperand& x, RankContext& ctx) {
+  GemmOptions opts;
+  opts.out_dtype = ctx.dtype;
   if (p_.bias && ctx.rank() == 0) opts.bias = p_.bias->value;
-  Tensor partial =
-      gemm(quantize_local(q_input_, x, Usage::rowwise, ctx), weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm,
-           ctx.stream);
+  Tensor partial = gemm(x, weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);
   if (ctx.world() == 1) return partial;
   if (ctx.sequence_parallel) return reduce_scatter_along_first_dim(partial, *ctx.comm, false, ctx.stream).output;
   all_reduce(partial, *ctx.comm, ReduceOp::sum, false, ctx.stream).wait();

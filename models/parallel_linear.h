@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "models/rank_context.h"
+#include "ops/act/act.h"
 #include "ops/norm/norm.h"
 #include "ops/quant/quantizer.h"
 
@@ -30,6 +31,9 @@ class ParallelLinear {
   ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx);
 
   Tensor forward(const Tensor& x, RankContext& ctx);
+  // forward(act(pre)): in inference under a block recipe the activation and the input quantization run as one
+  // fused pass (the activation output is never written in high precision).
+  Tensor forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx);
   Tensor backward(const Tensor& dy, RankContext& ctx);  // accumulates parameter gradients; returns dx
   void invalidate_weight_cache() { weight_q_.reset(); }
   // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients).
@@ -38,6 +42,7 @@ class ParallelLinear {
 
  private:
   GemmOperand weight_operand(RankContext& ctx);  // the cached quantized weight, or the HP weight
+  Tensor row_forward(const GemmOperand& x, RankContext& ctx);  // row-parallel GEMM and its reduction
   GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx);
 
   ParallelMode mode_;

@@ -84,9 +84,13 @@ RankParam* RankModel::param(const std::string& name) {
 
 Tensor RankModel::run_branch(BranchStages& b, const Tensor& x) {
   Tensor h = x;
-  for (Stage& s : b) {
+  for (size_t i = 0; i < b.size(); ++i) {
+    Stage& s = b[i];
     if (s.linear) {
       h = s.linear->forward(h, ctx_);
+    } else if (i + 1 < b.size() && b[i + 1].linear) {  // the activation feeds FC2: let FC2 fuse it
+      if (ctx_.training) s.act_in = h;
+      h = b[++i].linear->forward_after_activation(*s.act, h, ctx_);
     } else {
       if (ctx_.training) s.act_in = h;
       h = act_forward(*s.act, h, ctx_.dtype, ctx_.stream);  // [T, F/W]
@@ -114,7 +118,15 @@ Tensor RankModel::forward(const Tensor& x) {
 }
 
 float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step) {
-  TE_CHECK(ctx_.training, "train_step on a model built for inference");
+  const float loss = forward_backward(x, target);
+  // Every rank sees the same global loss: a non-finite one skips the update too, so the weights stay those of the
+  // last good step (the caller decides whether to stop or go on).
+  if (std::isfinite(loss)) optimizer_step(step);
+  return loss;
+}
+
+float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
+  TE_CHECK(ctx_.training, "forward_backward on a model built for inference (set run.mode: train)");
   for (RankParam& p : params_) p.grad.fill(0.0, ctx_.stream);
   Tensor out = forward(x);
   // loss = Σ (out − target)² / (T·H) over the global tensor; every rank holds T/W (SP) or all T tokens.
@@ -122,14 +134,9 @@ float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step)
                                                                       ctx_.stream), Tensor(), ctx_.stream);
   const int64_t global_tokens = out.size(0) * (ctx_.sequence_parallel ? ctx_.world() : 1);
   const double n = static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
-  std::vector<float> d = diff.to_f32_vector(ctx_.stream);
-  double local = 0;
-  for (float v : d) local += static_cast<double>(v) * v;
-  Tensor sum = Tensor::from_f32({static_cast<float>(local)}, {1}, DType::f32, ctx_.device);
+  Tensor sum = sum_squares(diff, ctx_.stream);  // on the device: one number crosses to the host below
   if (ctx_.gathers()) all_reduce(sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
   const float loss = static_cast<float>(sum.to_f32_vector(ctx_.stream)[0] / n);
-  // Every rank sees the same global loss: a non-finite one skips backward and the update together, so the weights
-  // stay those of the last good step (the caller decides whether to stop or go on).
   if (!std::isfinite(loss)) return loss;
 
   Tensor dy = cast(scale_tensor(diff, static_cast<float>(2.0 / n), ctx_.stream), ctx_.dtype, ctx_.stream);
@@ -140,7 +147,6 @@ float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step)
     for (BranchStages& b : branches)
       for (Stage& s : b)
         if (s.linear) s.linear->update_backward_scales(ctx_);
-  optimizer_step(step);
   return loss;
 }
 

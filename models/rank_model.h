@@ -22,6 +22,9 @@ class RankModel {
   // One optimizer step on mean((forward(x) - target)²) over all T·H elements; returns that loss (every rank).
   // A non-finite loss leaves the weights untouched (no backward, no update).
   float train_step(const Tensor& x, const Tensor& target, int64_t step);
+  // The same without the optimizer update: loss, backward, gradients accumulated into each parameter's grad
+  // (zeroed first). A non-finite loss skips backward.
+  float forward_backward(const Tensor& x, const Tensor& target);
   // Copies this rank's master shards into the global tensors (host).
   void export_params(GlobalParams& global) const;
   RankContext& ctx() { return ctx_; }

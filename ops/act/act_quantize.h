@@ -1,7 +1,7 @@
 // Activation forward whose output is quantized for quantizer.usages() (row-wise and/or column-wise), e.g. the
 // FC2 input of an MLP under an FP8/FP4 recipe. The caller decides whether to quantize and passes the Quantizer.
 // Bytes equal act_forward(..., out_dtype) followed by quantizer.quantize(): the activation is rounded to out_dtype
-// first. Today this is act then Quantizer::quantize for every format; a fused kernel would keep that contract.
+// first. GELU/ReLU into row-wise FP8 block 1D or MXFP8 on the GPU run as one fused pass (Quantizer::quantize_activation).
 #pragma once
 #include "ops/act/act.h"
 #include "ops/quant/quantizer.h"

@@ -154,4 +154,23 @@ Tensor scale_tensor(const Tensor& x, float alpha, const Stream& stream) {
   return out;
 }
 
+Tensor sum_squares(const Tensor& x, const Stream& stream) {
+  check_hp(x, "sum_squares", "x");
+  const Tensor xc = x.contiguous(stream);
+  Tensor out = Tensor::empty({1}, DType::f32, x.device(), stream);
+  if (on_cuda(x, stream)) {
+#if TE_WITH_CUDA
+    // Scratch from the stream-ordered allocator (i64 storage holding doubles: the dtype table has no f64).
+    Tensor partial = Tensor::empty({kSumSquaresPartials}, DType::i64, x.device(), stream);
+    cuda::sum_squares(xc.data_ptr(), xc.dtype(), xc.numel(), static_cast<double*>(partial.data_ptr()),
+                      out.data<float>(), stream);
+#else
+    no_cuda("sum_squares");
+#endif
+  } else {
+    cpu::sum_squares(xc.data_ptr(), xc.dtype(), xc.numel(), out.data<float>());
+  }
+  return out;
+}
+
 }  // namespace te

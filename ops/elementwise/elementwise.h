@@ -28,4 +28,8 @@ Tensor transpose_2d(const Tensor& x, const Stream& stream = Stream());
 void scale_tensor(const Tensor& x, float alpha, Tensor& out, const Stream& stream = Stream());
 Tensor scale_tensor(const Tensor& x, float alpha, const Stream& stream = Stream());
 
+// Σ x² over every element, accumulated in double in a fixed order (the same bits on every run), returned as f32 [1]
+// on x's device: a loss stays on the GPU until one number is read.
+Tensor sum_squares(const Tensor& x, const Stream& stream = Stream());
+
 }  // namespace te

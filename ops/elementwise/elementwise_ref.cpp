@@ -33,4 +33,13 @@ void scale(const void* x, DType tx, float alpha, void* out, DType tout, int64_t 
   for (int64_t i = 0; i < n; ++i) store_f32(out, tout, i, alpha * load_f32(x, tx, i));
 }
 
+void sum_squares(const void* x, DType tx, int64_t n, float* out) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = load_f32(x, tx, i);
+    acc += v * v;
+  }
+  *out = static_cast<float>(acc);
+}
+
 }  // namespace te::cpu

@@ -19,6 +19,10 @@ struct QuantInput {
   int64_t stride_m = 0, stride_k = 1;
 };
 
+// An activation applied to each input element (result rounded to the input dtype) before quantizing: the fused
+// activation → quantize of an MLP's FC2 input. Only the CUDA fast path (quantize_fast.h) implements it.
+enum class QuantPreAct : uint8_t { none, gelu, relu };
+
 struct QuantParams {
   QuantFormat format = QuantFormat::fp8_block_1d;
   DType data_dtype = DType::fp8_e4m3;
@@ -30,6 +34,7 @@ struct QuantParams {
   uint64_t seed = 0;
   // Per-tensor fp8: the scale to use (delayed scaling), or null to derive it from *amax (current scaling).
   const float* scale = nullptr;
+  QuantPreAct pre_act = QuantPreAct::none;
 };
 
 struct QuantCopyOut {

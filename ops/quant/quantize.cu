@@ -7,10 +7,13 @@
 // Amax reductions use max only (order-independent), so every launch gives the same bits.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "engine/cuda_check.h"
 #include "engine/error.h"
 #include "ops/quant/quant_block.h"
 #include "ops/quant/quant_kernels.h"
+#include "ops/quant/quantize_fast.h"
 
 namespace te {
 namespace {
@@ -194,18 +197,38 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
 }
 
 // amax[0] = max(amax[0], max|x|); with col_amax: max|RHT(xᵀ)| over full 16-token groups, raw values elsewhere.
+// Dense 16-byte-aligned input is read with 16-byte loads; one atomic per CTA after a warp and CTA reduction.
 __global__ void amax_kernel(QuantInput x, float* amax, float* col_amax) {
+  __shared__ float warp_a[32], warp_ac[32];
   float a = 0.f, ac = 0.f;
   const int64_t n = x.M * x.K;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const bool dense = x.stride_k == 1 && x.stride_m == x.K;  // no index arithmetic per element
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const int esize = x.dtype == DType::f32 ? 4 : 2, V = 16 / esize;
+  const bool vec = dense && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
+  const int64_t nvec = vec ? n / V : 0;
+  for (int64_t i = first; i < nvec; i += stride) {
+    const uint4 raw = reinterpret_cast<const uint4*>(x.data)[i];
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // by constant word: the load stays in registers
+      if (V == 4) {
+        a = amax_fold(a, __uint_as_float(w[j]));
+      } else {
+        const uint16_t lo = static_cast<uint16_t>(w[j] & 0xFFFFu), hi = static_cast<uint16_t>(w[j] >> 16);
+        a = amax_fold(a, x.dtype == DType::bf16 ? bf16_to_f32(lo) : f16_to_f32(lo));
+        a = amax_fold(a, x.dtype == DType::bf16 ? bf16_to_f32(hi) : f16_to_f32(hi));
+      }
+    }
+  }
+  for (int64_t i = nvec * V + first; i < n; i += stride) {
     const int64_t off = dense ? i : (i / x.K) * x.stride_m + (i % x.K) * x.stride_k;
     a = amax_fold(a, load_f32(x.data, x.dtype, off));
   }
   if (col_amax) {  // one task per (feature k, group g of 16 tokens)
     const int64_t groups = (x.M + 15) / 16, tasks = groups * x.K;
-    for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tasks; t += stride) {
+    for (int64_t t = first; t < tasks; t += stride) {
       const int64_t k = t % x.K, m0 = (t / x.K) * 16;
       float v[16], y[16];
       const int cnt = static_cast<int>(x.M - m0 < 16 ? x.M - m0 : 16);
@@ -218,7 +241,11 @@ __global__ void amax_kernel(QuantInput x, float* amax, float* col_amax) {
     a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
     ac = fmaxf(ac, __shfl_xor_sync(0xFFFFFFFFu, ac, off));
   }
-  if ((threadIdx.x & 31) == 0) {
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if ((threadIdx.x & 31) == 0) warp_a[warp] = a, warp_ac[warp] = ac;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < warps; ++w) a = fmaxf(a, warp_a[w]), ac = fmaxf(ac, warp_ac[w]);
     atomic_max_nonneg(amax, a);
     if (col_amax) atomic_max_nonneg(col_amax, ac);
   }
@@ -257,11 +284,14 @@ int grid_for(int64_t n, int threads) {
 
 void quant_amax_cuda(const QuantInput& x, const QuantParams&, float* amax_out, float* col_amax_out,
                      const Stream& stream) {
-  amax_kernel<<<grid_for(x.M * x.K / 8, 256), 256, 0, st(stream)>>>(x, amax_out, col_amax_out);
+  // Enough CTAs to fill the GPU a few times over; each folds a grid-stride share (one atomic per CTA).
+  const int64_t blocks = std::min<int64_t>(grid_for(x.M * x.K / 8, 256), 132 * 8);
+  amax_kernel<<<static_cast<unsigned>(blocks), 256, 0, st(stream)>>>(x, amax_out, col_amax_out);
   TE_CUDA_CHECK_LAUNCH();
 }
 
 void quantize_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
+  if (quantize_fast_cuda(x, p, out, stream)) return;
   const int64_t tiles_m = quant_ceil_div(x.M, kTile), tiles_k = quant_ceil_div(x.K, kTile);
   TE_CHECK(tiles_m <= 65535, "quantize: M = " << x.M << " exceeds the CUDA grid (at most " << 65535 * kTile << " rows)");
   const size_t smem = (kTile * kLd + 64 + 4 * kTile) * sizeof(float);

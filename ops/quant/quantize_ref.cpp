@@ -95,6 +95,7 @@ void quant_amax_ref(const QuantInput& x, const QuantParams& p, float* amax_out, 
 }
 
 void quantize_ref(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream&) {
+  TE_CHECK(p.pre_act == QuantPreAct::none, "the CPU reference has no fused activation (the Quantizer never asks)");
   const std::vector<float> X = load_matrix(x);  // [M, K] f32
   const float row_amax = out.row_amax ? *out.row_amax : 0.f;
   if (p.rowwise) quantize_copy(X, p, x.dtype, row_amax, out.row, 0);

@@ -86,7 +86,24 @@ void Quantizer::ensure_delayed_state(Device device, const Stream& stream) {
   history_count_ = Tensor::zeros({1}, DType::i64, device, stream);
 }
 
-QuantizedTensor Quantizer::quantize(const Tensor& x_in, const Stream& stream, const AmaxReducer& reduce) {
+QuantizedTensor Quantizer::quantize(const Tensor& x, const Stream& stream, const AmaxReducer& reduce) {
+  return quantize_impl(x, stream, reduce, QuantPreAct::none);
+}
+
+bool Quantizer::can_fuse_activation(const Tensor& x) const {
+  const QuantFormat f = config_.format;
+  return (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && usages_ == Usage::rowwise && x.defined() &&
+         x.device().is_cuda() && (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && x.dim() >= 1 &&
+         x.is_contiguous() && x.size(x.dim() - 1) % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
+}
+
+QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream) {
+  TE_CHECK(can_fuse_activation(x), "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
+  return quantize_impl(x, stream, {}, act);
+}
+
+QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, const Stream& stream, const AmaxReducer& reduce,
+                                         QuantPreAct act) {
   const QuantFormat f = config_.format;
   TE_CHECK_HINT(x_in.defined() && x_in.dim() >= 1 && is_high_precision(x_in.dtype()),
                 "quantize " << quant_format_name(f) << ": input " << (x_in.defined() ? x_in.str() : "undefined")
@@ -114,6 +131,7 @@ QuantizedTensor Quantizer::quantize(const Tensor& x_in, const Stream& stream, co
   p.rht = config_.random_hadamard;
   p.sr = config_.stochastic_rounding;
   p.seed = config_.seed;
+  p.pre_act = act;
 
   QuantizedTensor qt;
   qt.format = f;

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "engine/tensor.h"
+#include "ops/quant/quant_kernels.h"
 #include "ops/quant/quantized_tensor.h"
 
 namespace te {
@@ -49,6 +50,12 @@ class Quantizer {
   // into the step amax.
   QuantizedTensor quantize(const Tensor& x, const Stream& stream = Stream(), const AmaxReducer& reduce = {});
 
+  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype) in one pass over x. Available
+  // for row-wise-only FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
+  // (can_fuse_activation); callers fall back to act then quantize() otherwise.
+  bool can_fuse_activation(const Tensor& x) const;
+  QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream = Stream());
+
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
   // history and recompute the scale (shared/NUMERICS.md §2). No-op for other scalings.
   void update_scale_after_step(const Stream& stream = Stream(), const AmaxReducer& reduce = {});
@@ -60,6 +67,7 @@ class Quantizer {
   QuantizerConfig config_;
   Usage usages_;
   void ensure_delayed_state(Device device, const Stream& stream);
+  QuantizedTensor quantize_impl(const Tensor& x, const Stream& stream, const AmaxReducer& reduce, QuantPreAct act);
   Tensor scale_, amax_history_, step_amax_;
   Tensor history_count_;  // i64 [1]: amaxes pushed so far (the next history slot is count % len)
 };

@@ -88,6 +88,24 @@ TEST(Elementwise, CudaBitIdenticalToCpu) {
     EXPECT_EQ(bytes_of(cast(a, to)), bytes_of(cast(a.to(g), to))) << dtype_name(to);
 }
 
+// Σ x² (the training loss): CPU against a long-double sum of the same values; CUDA within float rounding of the
+// CPU (another fixed summation order) and bit-identical from run to run.
+TEST(Elementwise, SumSquares) {
+  for (Layout l : {Layout::contiguous, Layout::transposed}) {
+    const Tensor x = random_2d(513, 257, DType::bf16, 9, Device::cpu(), l, 4.f);
+    long double ref = 0;
+    for (float v : x.to_f32_vector()) ref += static_cast<long double>(v) * v;
+    const float cpu = sum_squares(x).to_f32_vector()[0];
+    EXPECT_NEAR(cpu, static_cast<double>(ref), 1e-6 * static_cast<double>(ref)) << layout_name(l);
+    if (cuda_device_count() == 0) continue;
+    const Tensor g = x.to(Device::cuda(0));
+    const float a = sum_squares(g).to_f32_vector()[0], b = sum_squares(g).to_f32_vector()[0];
+    EXPECT_NEAR(a, cpu, 1e-6 * cpu) << layout_name(l);
+    EXPECT_EQ(f32_bits(a), f32_bits(b)) << "not deterministic";
+  }
+  EXPECT_EQ(sum_squares(Tensor::zeros({0}, DType::f32)).to_f32_vector()[0], 0.f);
+}
+
 TEST(Elementwise, RejectsBadArguments) {
   Tensor a = Tensor::zeros({3, 4}, DType::f32);
   EXPECT_THROW(add(a, Tensor::zeros({4, 3}, DType::f32)), Error);

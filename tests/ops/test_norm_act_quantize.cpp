@@ -188,5 +188,28 @@ TEST(ActQuantize, RowAndColumnwiseEqualActThenBlockQuantize) {
   }
 }
 
+// The fused CUDA pass (row-wise FP8 block 1D / MXFP8, GELU / ReLU) against act_forward then quantize on the GPU:
+// same bytes, including blocks cut by the edge of the row.
+TEST(ActQuantize, FusedRowwiseEqualsActThenQuantizeOnGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << no_gpu_reason();
+  for (QuantFormat f : {QuantFormat::fp8_block_1d, QuantFormat::mxfp8}) {
+    QuantizerConfig cfg = block_config(DType::fp8_e4m3, true);
+    cfg.format = f;
+    for (ActKind k : {ActKind::gelu, ActKind::relu}) {
+      for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 200}, {1024, 4096}}) {
+        const Tensor x = random_2d(M, F, DType::bf16, 21, Device::cuda(), Layout::contiguous, 3.f);
+        Quantizer fused(cfg, Usage::rowwise), plain(cfg, Usage::rowwise);
+        ASSERT_TRUE(fused.can_fuse_activation(x));
+        const QuantizedTensor a = act_forward_quantized(k, x, DType::bf16, fused);
+        const QuantizedTensor b = plain.quantize(act_forward(k, x, DType::bf16));
+        const std::string what = std::string(quant_format_name(f)) + " " + std::string(act_kind_name(k)) + " " +
+                                 std::to_string(M) + "x" + std::to_string(F);
+        EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;
+        EXPECT_EQ(bytes_of(a.rowwise_scale_inv), bytes_of(b.rowwise_scale_inv)) << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace te

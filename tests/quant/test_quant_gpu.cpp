@@ -49,12 +49,12 @@ const auto kFormats = ::testing::Range(0, static_cast<int>(qtest::format_cases()
 const auto kDtypes = ::testing::Values(DType::bf16, DType::f16, DType::f32);
 INSTANTIATE_TEST_SUITE_P(Small, QuantGpu,
                          ::testing::Combine(kFormats, ::testing::Values(Shape{1, 16}, Shape{100, 4096},
-                                                                        Shape{257, 384}, Shape{3, 70, 33}),
+                                                                        Shape{257, 384}, Shape{130, 200}, Shape{3, 70, 33}),
                                             kDtypes, ::testing::Values(Usage::rowwise, Usage::columnwise, Usage::both)),
                          name_of);
 INSTANTIATE_TEST_SUITE_P(Large, QuantGpu,
-                         ::testing::Combine(kFormats, ::testing::Values(Shape{8192, 4096}), kDtypes,
-                                            ::testing::Values(Usage::both)),
+                         ::testing::Combine(kFormats, ::testing::Values(Shape{8192, 4096}), ::testing::Values(DType::bf16),
+                                            ::testing::Values(Usage::rowwise, Usage::both)),
                          name_of);
 
 TEST(QuantGpuMisc, StridedInputsMatchCpu) {

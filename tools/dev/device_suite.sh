@@ -1,31 +1,95 @@
 #!/usr/bin/env bash
 # Dev tool for the H200 (not used by CI): runs every GoogleTest binary of a carried build directory directly (the
-# build dir's meson files hold this machine's absolute paths), then the benchmarks, writing logs under $OUT.
-#   tools/dev/device_suite.sh BUILD_DIR [tests|bench|sanitize|all]
+# build dir's meson files hold this machine's absolute paths), compute-sanitizer over the CUDA tests, the benchmarks
+# and the PyTorch comparisons. Logs go to a work folder and come back as one tarball ($OUT/logs.tgz: the device
+# tool returns at most 8 files), with summary.txt beside it.
+#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|reference|torch|all]...   (run in the order given)
 set -uo pipefail
 build=${1:-build}
-what=${2:-all}
+shift
+sections=${*:-all}
 out=${OUT:-/tmp/te-out}
-mkdir -p "$out"
+work=/tmp/te-logs
+mkdir -p "$out" "$work"
+exe=$PWD/$build/tools/teengine/teengine
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export TEENGINE_LOG=error TE_TEST_DATA=$PWD/tests/data NCCL_NVLS_ENABLE=0
+export TEENGINE_LOG=error TE_TEST_DATA=$PWD/tests/data NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  TE_MODELS_DIR=$PWD/models TE_FUZZ_CORPUS=$PWD/tests/fuzz/corpus TE_TEENGINE=$exe TEENGINE_BIN=$exe \
+  PYTHONUNBUFFERED=1
+note() { echo "$*" | tee -a "$out/summary.txt"; }
 status=0
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  "$build"/tools/teengine/teengine info | tee "$out/info.txt"
+
+run_reference() {  # regenerates the committed PyTorch reference (tests/data/torch_ref_*) into $OUT
+  timeout 120 python3 tools/gen_model_reference.py --out-dir "$out" >"$work/reference.log" 2>&1
+  note "reference: rc=$? $(tail -1 "$work/reference.log")"
+}
+
+run_torch() {
+  timeout "${TORCH_TIMEOUT:-300}" python3 tools/bench/compare_torch.py --teengine "$exe" --json "$work/compare.json" \
+    >"$work/compare.txt" 2>&1
+  note "compare_torch: rc=$?"
+  cat "$work/compare.txt" >>"$out/summary.txt"
+}
+
+run_tests() {
+  "$exe" info >"$work/info.txt" 2>&1
   for t in "$build"/tests/*/*_tests; do
     name=$(basename "$t")
-    if timeout 300 "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
-    echo "$name: $r $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran' "$out/$name.log" | tr '\n' ' ')" | tee -a "$out/summary.txt"
+    s=$(date +%s)
+    if timeout "${TEST_TIMEOUT:-150}" "$t" --gtest_brief=1 >"$work/$name.log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+    note "$name: $r in $(( $(date +%s) - s )) s $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests? ran' "$work/$name.log" | tr '\n' ' ')"
   done
-fi
-if [ "$what" = sanitize ] || [ "$what" = all ]; then
-  for t in "$build"/tests/quant/quant_tests "$build"/tests/ops/ops_tests "$build"/tests/comm/comm_tests; do
+}
+
+run_sanitize() {
+  for b in ${SANITIZE_BINS:-quant ops comm}; do
+    t="$build/tests/$b/${b}_tests"
     [ -x "$t" ] || continue
     for tool in memcheck racecheck; do
-      timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$t" --gtest_filter='*Gpu*:*GPU*:*Cuda*:*CUDA*' \
-        --gtest_brief=1 >"$out/sanitize_$(basename "$t")_$tool.log" 2>&1
-      echo "$(basename "$t") $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$out/sanitize_$(basename "$t")_$tool.log" | tail -1)" | tee -a "$out/summary.txt"
+      log="$work/sanitize_$(basename "$t")_$tool.log"
+      filter='*Gpu*:*GPU*:*Cuda*:*CUDA*:*OnGpu*'
+      # The quant suite's GPU cases are thousands of shapes: under the sanitizer, every format on bf16 and the misc cases.
+      [[ $t == */quant_tests ]] && filter='*Small*bf16*:*QuantGpuMisc*'
+      timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 "$t" \
+        --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
+      note "$(basename "$t") $tool: rc=$? $(grep -E 'ERROR SUMMARY|not supported' "$log" | tail -1)"
     done
   done
-fi
+}
+
+run_bench() {
+  {
+    for f in bf16 fp8_per_tensor fp8_block; do
+      "$exe" bench gemm --m 8192 --n 16384 --k 4096 --format $f --role fprop --json
+    done
+    "$exe" bench gemm --m 8192 --n 4096 --k 16384 --format fp8_block --role dgrad --json
+    "$exe" bench gemm --m 16384 --n 4096 --k 8192 --format fp8_block --role wgrad --json
+    for f in fp8_per_tensor fp8_block_1d fp8_block_2d mxfp8 nvfp4_1d nvfp4_2d; do
+      for u in rowwise both; do
+        "$exe" bench quant --format $f --usages $u --shape 8192x4096 --dtype bf16 --json
+      done
+    done
+    "$exe" bench norm --op layernorm --shape 8192x4096 --dtype bf16 --json
+    "$exe" bench norm --op layernorm --shape 8192x4096 --dtype bf16 --quantize fp8_block_1d --json
+    "$exe" bench act --op gelu --shape 8192x16384 --dtype bf16 --json
+    for f in fp8_block_1d mxfp8; do
+      "$exe" bench comm --world 4 --local-tokens 2048 --hidden 4096 --format $f --device cuda --json
+    done
+  } >"$work/bench.jsonl" 2>"$work/bench.err"
+  note "bench: $(wc -l <"$work/bench.jsonl") reports, $(wc -l <"$work/bench.err") stderr lines"
+}
+
+run_quantbench() {
+  for f in fp8_per_tensor fp8_block_1d mxfp8 fp8_block_2d nvfp4_1d; do
+    for u in rowwise both; do
+      "$exe" bench quant --format $f --usages $u --shape 8192x4096 --dtype bf16 --json
+    done
+  done >"$work/quantbench.jsonl" 2>&1
+  note "quantbench: $(grep -c '"bench"' "$work/quantbench.jsonl") reports"
+}
+
+# Sections run in the order given (all = tests sanitize bench reference torch).
+[ "$sections" = all ] && sections="tests sanitize bench reference torch"
+for section in $sections; do "run_$section"; done
+tar czf "$out/logs.tgz" -C /tmp te-logs
 exit $status

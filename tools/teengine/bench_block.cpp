@@ -16,7 +16,7 @@ namespace {
 struct BlockOpts {
   std::string module = "layernorm_mlp", recipe = "fp8_block", device = "auto", activation = "gelu";
   int64_t tokens = 8192, hidden = 4096, ffn = 16384;
-  bool backward = false, json = false;
+  bool backward = false, optimizer = false, json = false;
 };
 
 std::string block_yaml(const BlockOpts& o, int64_t tokens, int64_t hidden, int64_t ffn, bool train) {
@@ -117,7 +117,8 @@ int run_block_bench(const BlockOpts& o) {
   int64_t step = 0;
   bench::Timing t = bench::time_it(
       [&] {
-        if (o.backward) b->model->train_step(b->x, b->target, ++step);
+        if (o.backward && o.optimizer) b->model->train_step(b->x, b->target, ++step);
+        else if (o.backward) (void)b->model->forward_backward(b->x, b->target);
         else (void)b->model->forward(b->x);
       },
       b->ctx.stream, 3, o.tokens >= 4096 ? 10 : 30);
@@ -134,6 +135,7 @@ int run_block_bench(const BlockOpts& o) {
                       {"hidden", H},
                       {"ffn", F},
                       {"backward", o.backward},
+                      {"optimizer", o.backward && o.optimizer},
                       {"device", device.str()},
                       {"validated", ok},
                       {"rel_l2_vs_cpu_small", err},
@@ -158,7 +160,8 @@ Command add_bench_block(CLI::App& app) {
       ->check(CLI::IsMember({"none", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "nvfp4"}));
   sub->add_option("--activation", o->activation, "MLP activation")->check(CLI::IsMember({"gelu", "swiglu", "relu"}));
   sub->add_option("--device", o->device, "auto | cpu | cuda[:N]");
-  sub->add_flag("--backward", o->backward, "time a training step (forward + backward + optimizer)");
+  sub->add_flag("--backward", o->backward, "time forward + loss + backward (gradients of every parameter)");
+  sub->add_flag("--optimizer", o->optimizer, "with --backward: include the optimizer update (a whole training step)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   return {sub, [o] { return run_block_bench(*o); }};
 }

@@ -1,0 +1,273 @@
+// Fast paths of quantize_cuda for the formats the FP8 recipes run on every step: per-tensor fp8, FP8 block 1D
+// (1x128 / 128x1) and MXFP8 (1x32 / 32x1), from rows that allow 16-byte loads. The per-block and per-element math
+// is quant_block.h's (scale, factor, stored scale), so CPU ≡ CUDA bit for bit still holds; only data movement
+// differs from the generic tile kernel in quantize.cu:
+//   row-wise only  — no shared memory: a thread owns 8 consecutive elements (one 16-byte load for 16-bit input),
+//                    the B/8 lanes of one block reduce its amax with xor-shuffles, each lane stores 8 codes at once.
+//   column-wise    — a CTA owns a 128x128 tile (16-bit input): the row-wise copy comes from registers as above,
+//                    the tile is parked in shared memory in the input dtype (34 KB), then each thread walks 64 rows
+//                    of one column for the column-wise copy (the two halves of a 128-row block meet in shared memory).
+// fp8 codes come from the hardware cvt.rn.satfinite pair conversion (same rounding and saturation as
+// e4m3_from_f32/e5m2_from_f32; NaN inputs take the software code, so NaN bits match too).
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "engine/cuda_check.h"
+#include "engine/error.h"
+#include "ops/act/act_math.h"
+#include "ops/quant/quant_block.h"
+#include "ops/quant/quantize_fast.h"
+
+namespace te {
+namespace {
+
+constexpr int kTile = 128, kThreads = 256, kPitch = kTile + 8;  // smem row pitch in 16-bit elements (272 bytes)
+
+__device__ __forceinline__ uint32_t fp8_pair(float a, float b, DType dt) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                        dt == DType::fp8_e5m2 ? __NV_E5M2 : __NV_E4M3);
+  if (isnan(a)) r = (r & 0xFF00u) | cast_fp8(a, dt);
+  if (isnan(b)) r = (r & 0x00FFu) | (static_cast<uint32_t>(cast_fp8(b, dt)) << 8);
+  return r;
+#else
+  return cast_fp8(a, dt) | (static_cast<uint32_t>(cast_fp8(b, dt)) << 8);
+#endif
+}
+
+// Four codes packed little-endian (element j in byte j).
+__device__ __forceinline__ uint32_t fp8_quad(const float* v, float factor, DType dt) {
+  return fp8_pair(v[0] * factor, v[1] * factor, dt) | (fp8_pair(v[2] * factor, v[3] * factor, dt) << 16);
+}
+
+// Eight 16-bit values of one 16-byte load, by constant word and half (no address of a register array is taken, so
+// everything stays in registers).
+__device__ __forceinline__ void unpack8(const uint4& r, DType dt, float (&v)[8]) {
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint16_t lo = static_cast<uint16_t>(w[j] & 0xFFFFu), hi = static_cast<uint16_t>(w[j] >> 16);
+    v[2 * j] = dt == DType::bf16 ? bf16_to_f32(lo) : f16_to_f32(lo);
+    v[2 * j + 1] = dt == DType::bf16 ? bf16_to_f32(hi) : f16_to_f32(hi);
+  }
+}
+
+// Eight consecutive elements of x starting at (m, k); zeros when the row is outside x.
+__device__ __forceinline__ void load8(const QuantInput& x, int64_t m, int64_t k, bool in, float (&v)[8]) {
+  if (!in) {
+    for (int j = 0; j < 8; ++j) v[j] = 0.f;
+    return;
+  }
+  const char* base = static_cast<const char*>(x.data);
+  if (x.dtype == DType::f32) {
+    const float4 a = *reinterpret_cast<const float4*>(base + (m * x.stride_m + k) * 4);
+    const float4 b = *reinterpret_cast<const float4*>(base + (m * x.stride_m + k + 4) * 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2), x.dtype, v);
+  }
+}
+
+// The per-tensor factor of a copy (every block uses it), or 0 for block formats.
+__device__ __forceinline__ BlockScale tensor_scale(const QuantParams& p, DType in, const float* amax) {
+  return block_scale(p, in, amax ? *amax : 0.f, 1.f);
+}
+
+__device__ void store_tensor_scales(const QuantParams& p, const QuantOutputs& out, DType in) {
+  if (p.format != QuantFormat::fp8_per_tensor || blockIdx.x != 0 || blockIdx.y != 0 || threadIdx.x != 0) return;
+  const BlockScale bs = tensor_scale(p, in, out.row_amax);  // written even when the tensor is empty
+  if (p.rowwise) store_block_scale(p, out.row.scale_inv, 0, bs);
+  if (p.columnwise) store_block_scale(p, out.col.scale_inv, 0, bs);
+}
+
+// Row-wise codes and scale for this lane's 8 elements at (m, k) of row-wise block size B (G = B/8 lanes share a
+// block; every lane of the warp must call this, `in` false for lanes outside x).
+template <int B>
+__device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantCopyOut& row, DType in_dtype, float pt_factor,
+                                         int64_t m, int64_t k, bool in, const float (&v)[8]) {
+  constexpr int G = B / 8;
+  float a = 0.f;
+  for (int j = 0; j < 8; ++j) a = amax_fold(a, v[j]);
+  for (int off = 1; off < G; off <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  if (!in) return;
+  float factor = pt_factor;
+  if (p.format != QuantFormat::fp8_per_tensor) {
+    const BlockScale bs = block_scale(p, in_dtype, a, 1.f);
+    factor = bs.factor;
+    if ((threadIdx.x & (G - 1)) == 0) store_block_scale(p, row.scale_inv, scale_offset(row.layout, m, k / B), bs);
+  }
+  const uint2 q = make_uint2(fp8_quad(v, factor, p.data_dtype), fp8_quad(v + 4, factor, p.data_dtype));
+  *reinterpret_cast<uint2*>(row.data + data_offset(row.layout, m, k)) = q;
+}
+
+// The fused activation: act_forward's formula, rounded once to the input dtype (as act_forward's output would be).
+template <QuantPreAct Act>
+__device__ __forceinline__ float pre_act(float v, DType dt) {
+  if constexpr (Act == QuantPreAct::none) return v;
+  const float y = Act == QuantPreAct::gelu ? act_math::gelu(v) : act_math::relu(v);
+  return dt == DType::bf16 ? bf16_to_f32(bf16_from_f32(y)) : (dt == DType::f16 ? f16_to_f32(f16_from_f32(y)) : y);
+}
+
+template <int B, QuantPreAct Act>
+__global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
+  store_tensor_scales(p, out, x.dtype);
+  const float pt_factor =
+      p.format == QuantFormat::fp8_per_tensor ? tensor_scale(p, x.dtype, out.row_amax).factor : 0.f;
+  const int64_t per_row = quant_ceil_div(x.K, B) * (B / 8);  // lanes per row: whole blocks, so no block spans rows
+  const int64_t total = x.M * per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  // Whole warps iterate together so the shuffles see every lane.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31); base < total;
+       base += stride) {
+    const int64_t i = base + (threadIdx.x & 31);
+    const int64_t m = i / per_row, k = (i % per_row) * 8;
+    const bool in = i < total && k < x.K;
+    float v[8];
+    load8(x, m, k, in, v);
+    if constexpr (Act != QuantPreAct::none)
+      for (int j = 0; j < 8; ++j) v[j] = pre_act<Act>(v[j], x.dtype);
+    rowwise8<B>(p, out.row, x.dtype, pt_factor, m, k, in, v);
+  }
+}
+
+// Column-wise (and optionally row-wise) copies of one 128x128 tile; block size B along M for the column copy
+// (and along K for the row copy); 16-bit input.
+template <int B>
+__global__ void __launch_bounds__(kThreads) tile_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
+  __shared__ __align__(16) uint16_t s[kTile * kPitch];
+  __shared__ float half_amax[2][kTile];
+  store_tensor_scales(p, out, x.dtype);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTile, k0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int tid = threadIdx.x;
+  const bool per_tensor = p.format == QuantFormat::fp8_per_tensor;
+  const float row_factor = per_tensor ? tensor_scale(p, x.dtype, out.row_amax).factor : 0.f;
+  const char* base = static_cast<const char*>(x.data);
+  // 1. Load: chunk c = i*256 + tid is row c/16, columns (c%16)*8 .. +8 (16 lanes per 128 columns of a row).
+  uint4 raw[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = i * kThreads + tid, rr = c / 16, cc = (c % 16) * 8;
+    const int64_t m = m0 + rr, k = k0 + cc;
+    raw[i] = (m < x.M && k < x.K) ? *reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2)
+                                  : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = i * kThreads + tid, rr = c / 16, cc = (c % 16) * 8;
+    *reinterpret_cast<uint4*>(&s[rr * kPitch + cc]) = raw[i];
+    if (p.rowwise) {
+      const int64_t m = m0 + rr, k = k0 + cc;
+      float v[8];
+      unpack8(raw[i], x.dtype, v);
+      rowwise8<B>(p, out.row, x.dtype, row_factor, m, k, m < x.M && k < x.K, v);
+    }
+  }
+  __syncthreads();
+  // 2. Column-wise: thread = (column cc, half h of the 128 rows).
+  const int cc = tid % kTile, h = tid / kTile;
+  const int64_t k = k0 + cc, mh = m0 + h * 64;
+  float v[64];
+  float a0 = 0.f, a1 = 0.f;  // amax of rows [0, 32) and [32, 64) of this half
+#pragma unroll
+  for (int j = 0; j < 64; ++j) {
+    v[j] = load_f32(&s[(h * 64 + j) * kPitch + cc], x.dtype, 0);
+    if (j < 32) a0 = amax_fold(a0, v[j]);
+    else a1 = amax_fold(a1, v[j]);
+  }
+  const QuantCopyOut& col = out.col;
+  const CopyLayout& L = col.layout;  // A = xᵀ: row r = k, column c = m
+  float f0, f1;
+  if (per_tensor) {
+    f0 = f1 = tensor_scale(p, x.dtype, out.col_amax ? out.col_amax : out.row_amax).factor;
+  } else if (B == kTile) {
+    half_amax[h][cc] = fmaxf(a0, a1);
+    __syncthreads();
+    const BlockScale bs = block_scale(p, x.dtype, fmaxf(half_amax[0][cc], half_amax[1][cc]), 1.f);
+    f0 = f1 = bs.factor;
+    if (h == 0 && k < x.K) store_block_scale(p, col.scale_inv, scale_offset(L, k, m0 / B), bs);
+  } else {  // B == 32: two blocks per half
+    const BlockScale b0 = block_scale(p, x.dtype, a0, 1.f), b1 = block_scale(p, x.dtype, a1, 1.f);
+    f0 = b0.factor, f1 = b1.factor;
+    if (k < x.K && mh < x.M) {
+      store_block_scale(p, col.scale_inv, scale_offset(L, k, mh / B), b0);
+      if (mh + 32 < x.M) store_block_scale(p, col.scale_inv, scale_offset(L, k, mh / B + 1), b1);
+    }
+  }
+  if (k >= x.K || mh >= x.M) return;
+  uint32_t q[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) q[j] = fp8_quad(v + 4 * j, j < 8 ? f0 : f1, p.data_dtype);
+  const int rows = static_cast<int>(x.M - mh < 64 ? x.M - mh : 64);
+  // Byte loops are fully unrolled so q is indexed by constants (a runtime index would move it to local memory).
+  if (L.store_transposed) {  // MXFP8: x's [M, K] order, one byte per row (a warp writes 32 consecutive bytes)
+#pragma unroll
+    for (int j = 0; j < 64; ++j)
+      if (j < rows) col.data[data_offset(L, k, mh + j)] = static_cast<uint8_t>(q[j / 4] >> (8 * (j % 4)));
+    return;
+  }
+  uint8_t* dst = col.data + data_offset(L, k, mh);  // 64 consecutive bytes of row k of xᵀ
+  if (rows == 64 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    for (int j = 0; j < 4; ++j)
+      reinterpret_cast<uint4*>(dst)[j] = make_uint4(q[4 * j], q[4 * j + 1], q[4 * j + 2], q[4 * j + 3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 64; ++j)
+      if (j < rows) dst[j] = static_cast<uint8_t>(q[j / 4] >> (8 * (j % 4)));
+  }
+}
+
+int block_of(QuantFormat f) { return f == QuantFormat::mxfp8 ? 32 : kTile; }
+
+}  // namespace
+
+bool fast_rowwise_eligible(const QuantInput& x, const QuantParams& p) {
+  const bool format_ok = p.format == QuantFormat::fp8_per_tensor || p.format == QuantFormat::fp8_block_1d ||
+                         p.format == QuantFormat::mxfp8;
+  const bool sixteen = x.dtype == DType::bf16 || x.dtype == DType::f16;
+  if (!format_ok || (!sixteen && x.dtype != DType::f32)) return false;
+  const int vec = sixteen ? 8 : 4;  // elements per 16 bytes
+  return x.stride_k == 1 && x.K % 8 == 0 && x.stride_m % vec == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 &&
+         x.M > 0 && x.K > 0;
+}
+
+bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
+  const bool fused = p.pre_act != QuantPreAct::none;
+  const bool ok = fast_rowwise_eligible(x, p) && (!p.rowwise || (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0);
+  TE_CHECK(!fused || p.format != QuantFormat::fp8_per_tensor, "fused activation → quantize needs a block format");
+  TE_CHECK(ok || !fused, "fused activation → quantize asked for an input without a fast path: " << x.M << "x" << x.K);
+  if (!ok) return false;
+  cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
+  const bool mx = p.format == QuantFormat::mxfp8;
+  if (!p.columnwise) {
+    const int64_t warps = x.M * quant_ceil_div(x.K, block_of(p.format)) * (block_of(p.format) / 8) / 32 + 1;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(quant_ceil_div(warps * 32, kThreads), 132 * 64));
+    // One instantiation per (block size, activation).
+    auto launch = [&](auto b, auto act) {
+      rowwise_kernel<decltype(b)::value, decltype(act)::value><<<blocks, kThreads, 0, st>>>(x, p, out);
+    };
+    using G = std::integral_constant<QuantPreAct, QuantPreAct::gelu>;
+    using R = std::integral_constant<QuantPreAct, QuantPreAct::relu>;
+    using N = std::integral_constant<QuantPreAct, QuantPreAct::none>;
+    using B32 = std::integral_constant<int, 32>;
+    using B128 = std::integral_constant<int, kTile>;
+    switch (p.pre_act) {
+      case QuantPreAct::none: mx ? launch(B32{}, N{}) : launch(B128{}, N{}); break;
+      case QuantPreAct::gelu: mx ? launch(B32{}, G{}) : launch(B128{}, G{}); break;
+      case QuantPreAct::relu: mx ? launch(B32{}, R{}) : launch(B128{}, R{}); break;
+    }
+    TE_CUDA_CHECK_LAUNCH();
+    return true;
+  }
+  TE_CHECK(!fused, "fused activation → quantize is row-wise only");
+  if (x.dtype == DType::f32 || quant_ceil_div(x.M, kTile) > 65535) return false;
+  const dim3 grid(static_cast<unsigned>(quant_ceil_div(x.K, kTile)), static_cast<unsigned>(quant_ceil_div(x.M, kTile)));
+  if (mx) tile_kernel<32><<<grid, kThreads, 0, st>>>(x, p, out);
+  else tile_kernel<kTile><<<grid, kThreads, 0, st>>>(x, p, out);
+  TE_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace te
