@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
   float* s = smem;                                              // [128][129] tile of x
   unsigned* tile_amax = reinterpret_cast<unsigned*>(s + kTile * kLd);  // [8][8] 2D block amaxes (bits)
   float* mx_factor = reinterpret_cast<float*>(tile_amax + 64);  // [4][128] MXFP8 column-wise factors
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTile, k0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  // M tiles run fastest (see quantize_fast.cu: long write runs for the column-wise copy).
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   // Block geometry from the layouts (the format table is host data).
   const CopyLayout& L0 = p.rowwise ? out.row.layout : out.col.layout;
@@ -293,12 +294,12 @@ void quant_amax_cuda(const QuantInput& x, const QuantParams&, float* amax_out, f
 void quantize_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
   if (quantize_fast_cuda(x, p, out, stream)) return;
   const int64_t tiles_m = quant_ceil_div(x.M, kTile), tiles_k = quant_ceil_div(x.K, kTile);
-  TE_CHECK(tiles_m <= 65535, "quantize: M = " << x.M << " exceeds the CUDA grid (at most " << 65535 * kTile << " rows)");
+  TE_CHECK(tiles_k <= 65535, "quantize: K = " << x.K << " exceeds the CUDA grid (at most " << 65535 * kTile << " columns)");
   const size_t smem = (kTile * kLd + 64 + 4 * kTile) * sizeof(float);
   // Set on every launch: cheap, and correct whichever device is current.
   TE_CUDA_CHECK(cudaFuncSetAttribute(quantize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // An empty tensor still writes a per-tensor scale_inv: keep one CTA.
-  const dim3 grid(static_cast<unsigned>(tiles_k < 1 ? 1 : tiles_k), static_cast<unsigned>(tiles_m < 1 ? 1 : tiles_m));
+  const dim3 grid(static_cast<unsigned>(tiles_m < 1 ? 1 : tiles_m), static_cast<unsigned>(tiles_k < 1 ? 1 : tiles_k));
   quantize_kernel<<<grid, kThreads, smem, st(stream)>>>(x, p, out);
   TE_CUDA_CHECK_LAUNCH();
 }

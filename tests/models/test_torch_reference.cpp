@@ -38,12 +38,15 @@ TEST_P(TorchReference, OutputMatchesPyTorch) {
   const teengine::HostTensor out = engine.forward(teengine::HostTensor::from_floats({80, 128}, input));
   const std::vector<float> got = out.to_floats();
   ASSERT_EQ(got.size(), expected.size());
-  // §7: bf16 ops ≤ 1e-2 against the reference; the FP8 emulation quantizes the same bf16 values the same way, so
-  // the same bound holds for it at tp 1. With tp > 1 the row-parallel partial sums are rounded to bf16 before the
-  // reduce-scatter, and FP8 turns such one-ulp differences into whole-code flips: §7's parallel bound (3e-2) applies.
-  // The recipe stays within the §7 sanity bound of the bf16 output.
-  const double bound = (tp > 1 && recipe != "none") ? 3e-2 : 1e-2;
-  EXPECT_LE(rel_l2(got, expected), bound) << recipe << " tp " << tp << " on " << device;
+  // §7: bf16 ops ≤ 1e-2 against the reference. The CPU backend at tp 1 multiplies dequantized values in fp32 like
+  // the emulation, so the same bound holds for FP8 there. Anything that rounds a bf16 GEMM output differently — the
+  // tensor-core accumulation of cuBLASLt, or row-parallel partial sums rounded before the reduce-scatter (tp > 1) —
+  // meets FP8 downstream, which turns one-ulp differences into whole-code flips: there §7's bound for two FP8
+  // runs that differ in summation order (3e-2) applies, and the output must still sit nearer the FP8 emulation than
+  // the bf16 reference. The recipe stays within the §7 sanity bound of the bf16 output.
+  const bool exact_order = recipe == "none" || (tp == 1 && device == "cpu");
+  EXPECT_LE(rel_l2(got, expected), exact_order ? 1e-2 : 3e-2) << recipe << " tp " << tp << " on " << device;
+  if (recipe != "none") EXPECT_LT(rel_l2(got, expected), rel_l2(got, bf16_expected));
   EXPECT_LE(rel_l2(got, bf16_expected), 0.1);
   if (recipe == "fp8_block") EXPECT_GT(rel_l2(got, bf16_expected), 1e-3) << "the recipe did not quantize";
 }
