@@ -86,7 +86,6 @@ int run_norm(const NormOpts& o) {
   // fwd: read x, write y, stats; bwd: read x, dy, write dx (+ stats, gamma; dgamma/dbeta negligible)
   const double fwd_bytes = 2.0 * M * H * es + stats + (ln ? 2 : 1) * H * es;
   const double bwd_bytes = 3.0 * M * H * es + stats + H * es;
-  const double fwd_gbs = fwd_bytes / (tf.median_ms * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (tb.median_ms * 1e-3) / 1e9;
   nlohmann::json r = {{"bench", "norm"},
                       {"op", std::string(norm_kind_name(*kind))},
                       {"shape", {M, H}},
@@ -95,15 +94,8 @@ int run_norm(const NormOpts& o) {
                       {"validated", ok},
                       {"rel_l2_fwd_vs_cpu", err_fwd},
                       {"rel_l2_bwd_dx_vs_cpu", err_bwd},
-                      {"validated_rows", R},
-                      {"ops_per_timed_sample", bench::kOpsPerSample},
-                      {"fwd_ms", tf.median_ms},
-                      {"fwd_gbs", fwd_gbs},
-                      {"bwd_ms", tb.median_ms},
-                      {"bwd_gbs", bwd_gbs},
-                      {"copy_gbs", copy},
-                      {"fwd_fraction_of_copy", fwd_gbs / copy},
-                      {"bwd_fraction_of_copy", bwd_gbs / copy}};
+                      {"validated_rows", R}};
+  r.update(bench::fwd_bwd_throughput(tf, fwd_bytes, tb, bwd_bytes, copy));
   bool qok = true;
   if (qfmt) {
     // Fused norm + quantize (row-wise) against norm then Quantizer::quantize: same bytes, then both timed.

@@ -57,6 +57,19 @@ double copy_bandwidth_gbs(const Stream& stream, int64_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (t.median_ms * 1e-3) / 1e9;
 }
 
+nlohmann::json fwd_bwd_throughput(const Timing& fwd, double fwd_bytes, const Timing& bwd, double bwd_bytes,
+                                  double copy_gbs) {
+  const double fwd_gbs = fwd_bytes / (fwd.median_ms * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (bwd.median_ms * 1e-3) / 1e9;
+  return {{"ops_per_timed_sample", kOpsPerSample},
+          {"fwd_ms", fwd.median_ms},
+          {"fwd_gbs", fwd_gbs},
+          {"bwd_ms", bwd.median_ms},
+          {"bwd_gbs", bwd_gbs},
+          {"copy_gbs", copy_gbs},
+          {"fwd_fraction_of_copy", fwd_gbs / copy_gbs},
+          {"bwd_fraction_of_copy", bwd_gbs / copy_gbs}};
+}
+
 void print_report(const nlohmann::json& report, bool as_json) {
   if (as_json) {
     std::printf("%s\n", report.dump(2).c_str());

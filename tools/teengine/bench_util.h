@@ -27,5 +27,9 @@ double copy_bandwidth_gbs(const Stream& stream, int64_t bytes = int64_t(1) << 30
 
 // Prints `report` as JSON (--json) or as "key: value" lines.
 void print_report(const nlohmann::json& report, bool as_json);
+// The throughput fields of a forward/backward pair timed with time_per_op: ms, GB/s and the fraction of the copy
+// bandwidth for each direction, given the bytes each one reads and writes.
+nlohmann::json fwd_bwd_throughput(const Timing& fwd, double fwd_bytes, const Timing& bwd, double bwd_bytes,
+                                  double copy_gbs);
 
 }  // namespace te::bench
