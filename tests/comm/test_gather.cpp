@@ -65,7 +65,7 @@ struct GatherCase {
   bool gpu;
 };
 
-std::string case_name(const ::testing::TestParamInfo<GatherCase>& i) {
+std::string gather_case_name(const ::testing::TestParamInfo<GatherCase>& i) {
   const GatherCase& c = i.param;
   return std::string(formats()[c.format].name) + "_" + std::string(usage_name(c.usages)) + "_" + input_name(c.input) +
          "_W" + std::to_string(c.world) + "_M" + std::to_string(c.local_m) + "_K" + std::to_string(c.k) +
@@ -248,8 +248,8 @@ std::vector<GatherCase> cases(bool gpu) {
       }
   return v;
 }
-INSTANTIATE_TEST_SUITE_P(Cpu, Gather, ::testing::ValuesIn(cases(false)), case_name);
-INSTANTIATE_TEST_SUITE_P(Cuda, Gather, ::testing::ValuesIn(cases(true)), case_name);
+INSTANTIATE_TEST_SUITE_P(Cpu, Gather, ::testing::ValuesIn(cases(false)), gather_case_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, Gather, ::testing::ValuesIn(cases(true)), gather_case_name);
 
 // The seed regression: FP8 block scaling under SP with a shard that is not a multiple of 128 used to assert in a
 // well-known engine. Here it runs, row-wise alone stays quantized, and every variant is exact.

@@ -47,7 +47,7 @@ struct CommCase {
   bool gpu;
   DType dtype;
 };
-std::string case_name(const ::testing::TestParamInfo<CommCase>& i) {
+std::string comm_case_name(const ::testing::TestParamInfo<CommCase>& i) {
   return "W" + std::to_string(i.param.world) + (i.param.gpu ? "_cuda_" : "_cpu_") +
          std::string(dtype_name(i.param.dtype));
 }
@@ -133,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, LocalCollectives,
                                            CommCase{8, false, DType::f32}, CommCase{1, true, DType::f32},
                                            CommCase{2, true, DType::bf16}, CommCase{3, true, DType::f32},
                                            CommCase{4, true, DType::bf16}, CommCase{8, true, DType::f32}),
-                         case_name);
+                         comm_case_name);
 
 TEST(LocalCommunicator, RankThatNeverArrivesTimesOutEveryOtherRank) {
   const int W = 4;

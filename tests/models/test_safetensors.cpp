@@ -119,7 +119,7 @@ std::string entry(const std::string& name, const std::string& dtype, const std::
          std::to_string(b) + "," + std::to_string(e) + "]}";
 }
 
-std::vector<BadCase> bad_cases() {
+std::vector<BadCase> bad_file_cases() {
   const std::string ok_a = entry("a", "F32", "[2]", 0, 8);
   return {
       {"Truncated", std::string("\x10\x00\x00", 3), {"truncated", "shorter than the 8-byte"}},
@@ -194,7 +194,7 @@ TEST_P(BadFile, OnDiskThrowsTheSameWithThePath) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BadFile, ::testing::ValuesIn(bad_cases()),
+INSTANTIATE_TEST_SUITE_P(Cases, BadFile, ::testing::ValuesIn(bad_file_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // ---- lookups -------------------------------------------------------------------------------------------------------

@@ -174,7 +174,7 @@ std::string replace(std::string s, const std::string& a, const std::string& b) {
   return i == std::string::npos ? s : s.replace(i, a.size(), b);
 }
 
-std::vector<Bad> bad_cases() {
+std::vector<Bad> bad_spec_cases() {
   return {
       {"SyntaxError", "model:\n  hidden: 256\n   layers: [1, 2\n", {}, {"s.yaml:3:", "YAML syntax error"}, "syntax"},
       {"UnclosedFlow", "model: {hidden: 3\n", {}, {"s.yaml:", "YAML syntax error"}, "syntax"},
@@ -268,7 +268,7 @@ TEST_P(BadSpec, ThrowsInputErrorWithLocationFieldAndHint) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BadSpec, ::testing::ValuesIn(bad_cases()),
+INSTANTIATE_TEST_SUITE_P(Cases, BadSpec, ::testing::ValuesIn(bad_spec_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(Spec, MissingFileIsAnInputError) {

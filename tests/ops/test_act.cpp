@@ -57,7 +57,7 @@ struct ActCase {
   Layout layout;
   bool cuda;
 };
-std::string case_name(const ::testing::TestParamInfo<ActCase>& i) {
+std::string act_case_name(const ::testing::TestParamInfo<ActCase>& i) {
   const ActCase& c = i.param;
   return std::string(act_kind_name(c.kind)) + "_" + std::string(dtype_name(c.tx)) + "_o" +
          std::string(dtype_name(c.tout)) + "_" + std::to_string(c.M) + "x" + std::to_string(c.F) + "_" +
@@ -104,7 +104,7 @@ TEST_P(ActTest, ForwardBackwardBiasGradMatchFloat64) {
   EXPECT_LE(rel_l2(rdb, db.to_f32_vector()), kTolF32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, ActTest, ::testing::ValuesIn(act_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, ActTest, ::testing::ValuesIn(act_cases()), act_case_name);
 
 class ActGradCheck : public ::testing::TestWithParam<std::tuple<ActKind, bool>> {};
 

@@ -17,7 +17,7 @@ struct EwCase {
   bool bias;
   bool cuda;
 };
-std::string case_name(const ::testing::TestParamInfo<EwCase>& i) {
+std::string ew_case_name(const ::testing::TestParamInfo<EwCase>& i) {
   const EwCase& c = i.param;
   return std::string(dtype_name(c.ta)) + "_" + std::string(dtype_name(c.tb)) + "_o" + std::string(dtype_name(c.tout)) +
          "_" + std::to_string(c.M) + "x" + std::to_string(c.N) + "_" + layout_name(c.layout) +
@@ -72,7 +72,7 @@ TEST_P(ElementwiseTest, AddCastTransposeScale) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, ElementwiseTest, ::testing::ValuesIn(ew_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, ElementwiseTest, ::testing::ValuesIn(ew_cases()), ew_case_name);
 
 // CUDA elementwise ops use the CPU reference's conversions: bit-identical results.
 TEST(Elementwise, CudaBitIdenticalToCpu) {

@@ -68,7 +68,7 @@ struct NormCase {
   Layout layout;
   bool cuda;
 };
-std::string case_name(const ::testing::TestParamInfo<NormCase>& i) {
+std::string norm_case_name(const ::testing::TestParamInfo<NormCase>& i) {
   const NormCase& c = i.param;
   return std::string(norm_kind_name(c.kind)) + "_" + std::string(dtype_name(c.tx)) + "_p" +
          std::string(dtype_name(c.tp)) + "_o" + std::string(dtype_name(c.tout)) + "_" + std::to_string(c.M) + "x" +
@@ -138,7 +138,7 @@ TEST_P(NormTest, ForwardAndBackwardMatchFloat64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, NormTest, ::testing::ValuesIn(norm_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, NormTest, ::testing::ValuesIn(norm_cases()), norm_case_name);
 
 // d/dx, d/dgamma, d/dbeta of L = sum(dy * norm(x)) by central differences of the float64 forward, against the
 // library's backward run in f32.

@@ -38,7 +38,7 @@ TEST_P(QuantGpu, CudaEqualsCpuReference) {
   expect_same(cpu, gpu, fc.name);
 }
 
-std::string name_of(const ::testing::TestParamInfo<Param>& info) {
+std::string gpu_case_name(const ::testing::TestParamInfo<Param>& info) {
   const auto& [fi, shape, dtype, usages] = info.param;
   std::string s = std::string(qtest::format_cases()[fi].name) + "_";
   for (int64_t d : shape) s += std::to_string(d) + "x";
@@ -51,11 +51,11 @@ INSTANTIATE_TEST_SUITE_P(Small, QuantGpu,
                          ::testing::Combine(kFormats, ::testing::Values(Shape{1, 16}, Shape{100, 4096},
                                                                         Shape{257, 384}, Shape{130, 200}, Shape{3, 70, 33}),
                                             kDtypes, ::testing::Values(Usage::rowwise, Usage::columnwise, Usage::both)),
-                         name_of);
+                         gpu_case_name);
 INSTANTIATE_TEST_SUITE_P(Large, QuantGpu,
                          ::testing::Combine(kFormats, ::testing::Values(Shape{8192, 4096}), ::testing::Values(DType::bf16),
                                             ::testing::Values(Usage::rowwise, Usage::both)),
-                         name_of);
+                         gpu_case_name);
 
 TEST(QuantGpuMisc, StridedInputsMatchCpu) {
   TE_REQUIRE_GPU();

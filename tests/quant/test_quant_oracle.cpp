@@ -46,7 +46,7 @@ TEST_P(QuantOracle, BytesMatchIndependentOracle) {
   }
 }
 
-std::string name_of(const ::testing::TestParamInfo<Param>& info) {
+std::string oracle_case_name(const ::testing::TestParamInfo<Param>& info) {
   const auto& [fi, shape, dtype, usages] = info.param;
   std::string s = std::string(qtest::format_cases()[fi].name) + "_";
   for (int64_t d : shape) s += std::to_string(d) + "x";
@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{257, 384}, Shape{130, 7}),
                        ::testing::Values(DType::bf16, DType::f16, DType::f32),
                        ::testing::Values(Usage::rowwise, Usage::columnwise, Usage::both)),
-    name_of);
+    oracle_case_name);
 
 // Round trip: rel-L2 of dequantize(quantize(x)) against x, per format, from each copy.
 class QuantRoundTrip : public ::testing::TestWithParam<std::tuple<int, Shape>> {};
