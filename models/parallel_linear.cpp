@@ -3,6 +3,7 @@
 #include "comm/gather.h"
 #include "engine/error.h"
 #include "ops/act/act.h"
+#include "ops/act/act_quantize.h"
 #include "ops/elementwise/elementwise.h"
 
 namespace te {
@@ -76,11 +77,11 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
 
 Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx) {
   if (mode_ == ParallelMode::row && q_input_ && !ctx.training) {
+    // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of forward(act(pre)).
     q_input_->set_usages(Usage::rowwise);
-    if (act != ActKind::swiglu && q_input_->can_fuse_activation(pre))
-      return row_forward(GemmOperand(q_input_->quantize_activation(
-                             act == ActKind::gelu ? QuantPreAct::gelu : QuantPreAct::relu, pre, ctx.stream)),
-                         ctx);
+    return row_forward(GemmOperand(act_forward_quantized(act, pre, ctx.dtype, *q_input_, ctx.stream,
+                                                         ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer())),
+                       ctx);
   }
   return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
 }

@@ -88,12 +88,12 @@ Tensor RankModel::run_branch(BranchStages& b, const Tensor& x) {
     Stage& s = b[i];
     if (s.linear) {
       h = s.linear->forward(h, ctx_);
-    } else if (i + 1 < b.size() && b[i + 1].linear) {  // the activation feeds FC2: let FC2 fuse it
-      if (ctx_.training) s.act_in = h;
-      h = b[++i].linear->forward_after_activation(*s.act, h, ctx_);
     } else {
       if (ctx_.training) s.act_in = h;
-      h = act_forward(*s.act, h, ctx_.dtype, ctx_.stream);  // [T, F/W]
+      if (i + 1 < b.size() && b[i + 1].linear)  // the activation feeds FC2: let FC2 fuse it
+        h = b[++i].linear->forward_after_activation(*s.act, h, ctx_);
+      else
+        h = act_forward(*s.act, h, ctx_.dtype, ctx_.stream);  // [T, F/W]
     }
   }
   return h;
