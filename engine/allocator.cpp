@@ -40,13 +40,30 @@ size_t round_block(size_t bytes) {
 
 struct CudaCache {
   Accounting acct;
-  std::map<std::pair<void*, size_t>, std::vector<void*>> free_blocks;  // (stream, size) → blocks
+  // (stream, size) → blocks; pool blocks are keyed (pool, size) instead.
+  std::map<std::pair<const void*, size_t>, std::vector<void*>> free_blocks;
+  const void* active_pool = nullptr;             // set by a PoolScope
+  std::map<void*, const void*> pool_owner;       // block → its pool, for blocks a pool owns
+  std::map<const void*, int64_t> pool_reserved;  // pool → bytes it owns
 
+  // The free-list key of a block freed (or wanted) on `stream`.
+  std::pair<const void*, size_t> key(void* block_ptr, const void* stream, size_t block) const {
+    auto it = block_ptr ? pool_owner.find(block_ptr) : pool_owner.end();
+    if (it != pool_owner.end()) return {it->second, block};
+    return {active_pool && !block_ptr ? active_pool : stream, block};
+  }
+
+  // Free blocks back to the driver, except a pool's: its captured graphs still use them.
   void release_all() {
-    for (auto& [key, blocks] : free_blocks)
-      for (void* p : blocks) cudaFree(p);
-    free_blocks.clear();
-    acct.stats.cached_bytes = 0;
+    for (auto it = free_blocks.begin(); it != free_blocks.end();) {
+      if (pool_reserved.count(it->first.first)) {
+        ++it;
+        continue;
+      }
+      for (void* p : it->second) cudaFree(p);
+      acct.stats.cached_bytes -= static_cast<int64_t>(it->first.second * it->second.size());
+      it = free_blocks.erase(it);
+    }
   }
 };
 
@@ -76,7 +93,7 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
   auto& c = cuda_cache(device.index);
   size_t block = round_block(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(c.acct.mu);
-  auto it = c.free_blocks.find({stream.handle(), block});
+  auto it = c.free_blocks.find(c.key(nullptr, stream.handle(), block));
   if (it != c.free_blocks.end() && !it->second.empty()) {
     void* p = it->second.back();
     it->second.pop_back();
@@ -95,6 +112,12 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (stream.handle() && cudaStreamIsCapturing(static_cast<cudaStream_t>(stream.handle()), &capture) == cudaSuccess &&
+        capture != cudaStreamCaptureStatusNone)
+      TE_THROW("allocation of " << bytes << " bytes from the driver during CUDA graph capture on " << device.str()
+                                << " (" << cudaGetErrorString(err) << ")",
+               "fill the capture's CudaMemoryPool with uncaptured runs of the same work first");
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     TE_THROW("CUDA out of memory on " << device.str() << ": requested " << bytes << " bytes, " << free_b
@@ -104,6 +127,10 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
   }
   c.acct.on_alloc(block);
   ++c.acct.stats.device_allocs;
+  if (c.active_pool) {
+    c.pool_owner[p] = c.active_pool;
+    c.pool_reserved[c.active_pool] += static_cast<int64_t>(block);
+  }
   return p;
 #else
   (void)stream;
@@ -125,7 +152,7 @@ void device_free(Device device, void* ptr, size_t bytes, const Stream& stream) {
   auto& c = cuda_cache(device.index);
   size_t block = round_block(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(c.acct.mu);
-  c.free_blocks[{stream.handle(), block}].push_back(ptr);
+  c.free_blocks[c.key(ptr, stream.handle(), block)].push_back(ptr);
   c.acct.stats.current_bytes -= static_cast<int64_t>(block);
   c.acct.stats.cached_bytes += static_cast<int64_t>(block);
 #else
@@ -174,4 +201,61 @@ void empty_cache(Device device) {
   (void)device;
 #endif
 }
+
+#if TE_WITH_CUDA
+CudaMemoryPool::CudaMemoryPool(Device device) : device_(device) {
+  TE_CHECK(device.is_cuda(), "CudaMemoryPool on " << device.str() << ": only CUDA devices have pools");
+}
+
+CudaMemoryPool::~CudaMemoryPool() {
+  auto& c = cuda_cache(device_.index);
+  std::lock_guard<std::mutex> lock(c.acct.mu);
+  if (c.active_pool == this) c.active_pool = nullptr;
+  for (auto it = c.free_blocks.begin(); it != c.free_blocks.end();) {
+    if (it->first.first != this) {
+      ++it;
+      continue;
+    }
+    for (void* p : it->second) {
+      cudaFree(p);  // waits for the device: the graphs that used the block are done
+      c.pool_owner.erase(p);
+      c.acct.stats.cached_bytes -= static_cast<int64_t>(it->first.second);
+    }
+    it = c.free_blocks.erase(it);
+  }
+  for (auto it = c.pool_owner.begin(); it != c.pool_owner.end();)  // still held: back to the shared cache
+    it = it->second == this ? c.pool_owner.erase(it) : std::next(it);
+  c.pool_reserved.erase(this);
+}
+
+int64_t CudaMemoryPool::reserved_bytes() const {
+  auto& c = cuda_cache(device_.index);
+  std::lock_guard<std::mutex> lock(c.acct.mu);
+  auto it = c.pool_reserved.find(this);
+  return it == c.pool_reserved.end() ? 0 : it->second;
+}
+
+PoolScope::PoolScope(CudaMemoryPool& pool) : pool_(pool) {
+  auto& c = cuda_cache(pool.device().index);
+  std::lock_guard<std::mutex> lock(c.acct.mu);
+  TE_CHECK(c.active_pool == nullptr, "a memory pool scope is already active on " << pool.device().str());
+  c.active_pool = &pool;
+  c.pool_reserved.emplace(&pool, 0);
+}
+
+PoolScope::~PoolScope() {
+  auto& c = cuda_cache(pool_.device().index);
+  std::lock_guard<std::mutex> lock(c.acct.mu);
+  c.active_pool = nullptr;
+}
+#else
+CudaMemoryPool::CudaMemoryPool(Device device) : device_(device) {
+  TE_THROW("CudaMemoryPool on " << device.str() << " in a build without CUDA", "rebuild with -Dcuda=enabled");
+}
+CudaMemoryPool::~CudaMemoryPool() = default;
+int64_t CudaMemoryPool::reserved_bytes() const { return 0; }
+PoolScope::PoolScope(CudaMemoryPool& pool) : pool_(pool) {}
+PoolScope::~PoolScope() = default;
+#endif
+
 }  // namespace te

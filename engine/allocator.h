@@ -26,4 +26,34 @@ void reset_peak_memory(Device device);
 // Returns cached CUDA blocks to the driver.
 void empty_cache(Device device);
 
+// A private set of CUDA blocks for CUDA-graph capture. While a PoolScope is active on the pool's device, every
+// allocation there comes from the pool (cudaMalloc on a miss) and every block so allocated returns to the pool when
+// freed, whatever the stream: the addresses a captured graph reads and writes are never handed to other work while
+// the pool lives. Fill the pool with one uncaptured run inside a scope, then capture inside another: the capture
+// then allocates nothing from the driver. One scope per device at a time. Destroy the pool after the graphs that
+// use it (its free blocks go back to the driver; blocks still held by tensors return to the shared cache).
+class CudaMemoryPool {
+ public:
+  explicit CudaMemoryPool(Device device);
+  ~CudaMemoryPool();
+  CudaMemoryPool(const CudaMemoryPool&) = delete;
+  CudaMemoryPool& operator=(const CudaMemoryPool&) = delete;
+  Device device() const { return device_; }
+  int64_t reserved_bytes() const;  // blocks the pool owns (held by tensors or free in the pool)
+
+ private:
+  Device device_;
+};
+
+class PoolScope {
+ public:
+  explicit PoolScope(CudaMemoryPool& pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  CudaMemoryPool& pool_;
+};
+
 }  // namespace te

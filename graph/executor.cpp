@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "engine/cuda_graph.h"
 #include "engine/error.h"
 #include "graph/host_stream.h"
 #include "te_config.h"
@@ -26,10 +27,8 @@ struct Executor::Impl {
   // cuda mode
   std::vector<Event> events;
   Event fork, join;
-#if TE_WITH_CUDA
-  cudaGraphExec_t graph_exec = nullptr;
-  std::vector<void*> captured_ptrs;
-#endif
+  CudaGraph graph;                  // cuda_graph: the captured step
+  std::vector<void*> captured_ptrs;  // the bound tensors' addresses it was captured with
 
   void launch(const Graph& g, int node_id, const Stream& stream) {
     const Node& n = g.node(node_id);
@@ -99,9 +98,6 @@ Executor::~Executor() {
     synchronize();
   } catch (...) {  // a destructor must not throw; the error was the caller's to collect from run()/synchronize()
   }
-#if TE_WITH_CUDA
-  if (impl_->graph_exec) cudaGraphExecDestroy(impl_->graph_exec);
-#endif
 }
 
 void Executor::bind(int value, const Tensor& t) {
@@ -127,13 +123,7 @@ Tensor Executor::tensor(int value) const {
 const Stream& Executor::compute_stream() const { return impl_->streams[0]; }
 const Stream& Executor::comm_stream() const { return impl_->streams[1]; }
 
-bool Executor::graph_captured() const {
-#if TE_WITH_CUDA
-  return impl_->graph_exec != nullptr;
-#else
-  return false;
-#endif
-}
+bool Executor::graph_captured() const { return impl_->graph.captured(); }
 
 void Executor::synchronize() {
   Impl& m = *impl_;
@@ -212,31 +202,11 @@ void Executor::run() {
   for (const Value& v : g_.values())
     if (v.role != ValueRole::intermediate && m.values[static_cast<size_t>(v.id)].defined())
       ptrs.push_back(m.values[static_cast<size_t>(v.id)].data_ptr());
-  if (m.graph_exec == nullptr || ptrs != m.captured_ptrs) {
-    if (m.graph_exec) {
-      TE_CUDA_CHECK(cudaGraphExecDestroy(m.graph_exec));
-      m.graph_exec = nullptr;
-    }
-    auto cs = static_cast<cudaStream_t>(m.streams[0].handle());
-    TE_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue();
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(cs, &broken);  // leave the stream usable; the kernel's error is the one to report
-      if (broken) cudaGraphDestroy(broken);
-      throw;
-    }
-    cudaGraph_t graph = nullptr;
-    cudaError_t err = cudaStreamEndCapture(cs, &graph);
-    TE_CHECK_HINT(err == cudaSuccess, "CUDA graph capture of the step failed: " << cudaGetErrorString(err),
-                  "a kernel is not capturable (host sync or allocation); set ExecOptions::cuda_graph = false");
-    err = cudaGraphInstantiate(&m.graph_exec, graph, 0);
-    cudaGraphDestroy(graph);
-    TE_CUDA_CHECK(err);
+  if (!m.graph.captured() || ptrs != m.captured_ptrs) {
+    m.graph.capture(m.streams[0], enqueue, "the executor's step (set ExecOptions::cuda_graph = false to run eagerly)");
     m.captured_ptrs = std::move(ptrs);
   }
-  TE_CUDA_CHECK(cudaGraphLaunch(m.graph_exec, static_cast<cudaStream_t>(m.streams[0].handle())));
+  m.graph.launch(m.streams[0]);
 #else
   TE_THROW("ExecMode::cuda in a build without CUDA", "rebuild with -Dcuda=enabled or use a CPU mode");
 #endif

@@ -5,6 +5,7 @@
 #include "ops/act/act.h"
 #include "ops/act/act_quantize.h"
 #include "ops/elementwise/elementwise.h"
+#include "ops/norm/norm_quantize.h"
 
 namespace te {
 namespace {
@@ -48,6 +49,17 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
   opts.out_dtype = ctx.dtype;
   if (mode_ == ParallelMode::column) {
     // x [T/W, H] (SP) or [T, H]
+    if (p_.bias) opts.bias = p_.bias->value;
+    if (p_.norm_weight && q_input_ && !ctx.training && !ctx.gathers()) {
+      // Inference without a gather: the norm writes the GEMM's quantized input directly (fused where
+      // norm_forward_quantized has a kernel; same bytes as norm then quantize either way). Nothing is saved.
+      q_input_->set_usages(Usage::rowwise);
+      NormQuantized n = norm_forward_quantized(norm_, x, p_.norm_weight->value,
+                                               p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_, ctx.dtype,
+                                               *q_input_, ctx.stream,
+                                               ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer());
+      return gemm(GemmOperand(n.out), weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);
+    }
     Tensor h = x;
     if (p_.norm_weight) {
       NormForward n = norm_forward(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(),
@@ -60,7 +72,6 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
       x_ = x;
       h_ = h;
     }
-    if (p_.bias) opts.bias = p_.bias->value;
     if (ctx.gathers()) {
       // [T/W, H] → [T, H]: quantized row-wise where §4 allows (always for 1D), else in the model dtype.
       GatherResult g = gather_along_first_dim(h, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::rowwise,

@@ -22,6 +22,28 @@ __global__ void add_kernel(const void* a, DType ta, const void* b, DType tb, con
   }
 }
 
+// The residual add of every block: a, b and out of one dtype T, contiguous, 16-byte aligned, cols a multiple of 8.
+// Eight elements per thread with 16-byte accesses; the same f32 operations in the same order as add_kernel (a + b,
+// then + bias, one rounding), so the bytes are equal. (The scalar kernel's per-element dtype switch ran at a third
+// of the copy bandwidth on [8192, 4096] bf16.)
+template <class T, class TB>
+__global__ void add_vec8_kernel(const T* a, const T* b, const TB* bias, T* out, int64_t n8, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    float va[8], vb[8];
+    load_vec<T, 8>(a, i * 8, va);
+    load_vec<T, 8>(b, i * 8, vb);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) va[k] = va[k] + vb[k];
+    if (bias) {
+      float vc[8];
+      load_vec<TB, 8>(bias, (i * 8) % cols, vc);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) va[k] += vc[k];
+    }
+    store_vec<T, 8>(out, i * 8, va);
+  }
+}
+
 __global__ void cast_kernel(const void* x, DType tx, void* out, DType tout, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     store_f32(out, tout, i, load_f32(x, tx, i));
@@ -90,7 +112,25 @@ void add(const void* a, DType ta, const void* b, DType tb, const void* bias, DTy
          int64_t rows, int64_t cols, const Stream& stream) {
   const int64_t n = rows * cols;
   if (n == 0) return;
-  add_kernel<<<grid_for(n, 256), 256, 0, raw_stream(stream)>>>(a, ta, b, tb, bias, tbias, out, tout, n, cols);
+  auto al = [](const void* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const bool sixteen = ta == DType::bf16 || ta == DType::f16;
+  const bool bias_ok = !bias || tbias == ta || tbias == DType::f32;
+  if (sixteen && ta == tb && ta == tout && bias_ok && cols % 8 == 0 && al(a, 16) && al(b, 16) && al(out, 16) &&
+      al(bias, tbias == DType::f32 ? 32 : 16)) {
+    const int64_t n8 = n / 8;
+    const int grid = static_cast<int>(std::min<int64_t>((n8 + 255) / 256, 132 * 16));
+    auto launch = [&](auto t, auto tb) {
+      using T = decltype(t);
+      using TB = decltype(tb);
+      add_vec8_kernel<T, TB><<<grid, 256, 0, raw_stream(stream)>>>(static_cast<const T*>(a), static_cast<const T*>(b),
+                                                                   static_cast<const TB*>(bias), static_cast<T*>(out),
+                                                                   n8, cols);
+    };
+    if (ta == DType::bf16) tbias == DType::f32 ? launch(BF16{}, float{}) : launch(BF16{}, BF16{});
+    else tbias == DType::f32 ? launch(F16{}, float{}) : launch(F16{}, F16{});
+  } else {
+    add_kernel<<<grid_for(n, 256), 256, 0, raw_stream(stream)>>>(a, ta, b, tb, bias, tbias, out, tout, n, cols);
+  }
   TE_CUDA_CHECK_LAUNCH();
 }
 

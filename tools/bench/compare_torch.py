@@ -78,9 +78,10 @@ def torch_side(tokens):
 
 def teengine_side(binary, tokens):
     res = {}
-    def bench(recipe, t, backward=False):
+    def bench(recipe, t, backward=False, graph=False):
         cmd = [binary, "bench", "block", "--module", "layernorm_mlp", "--tokens", str(t), "--hidden", str(H),
-               "--ffn", str(FFN), "--recipe", recipe, "--json"] + (["--backward"] if backward else [])
+               "--ffn", str(FFN), "--recipe", recipe, "--json"] + (["--backward"] if backward else []) + \
+              (["--cuda-graph", "on"] if graph else [])
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if p.returncode not in (0, 1) or not p.stdout.strip():
             print("teengine bench failed:", " ".join(cmd), p.stderr[-2000:])
@@ -91,6 +92,8 @@ def teengine_side(binary, tokens):
             if recipe == "fp8_current" and t > 256:
                 continue
             res[f"fwd_{recipe}_T{t}"] = bench(recipe, t)
+            if t <= 256:  # small T: the forward replayed as one CUDA graph too (against PyTorch eager and graph)
+                res[f"fwd_{recipe}+graph_T{t}"] = bench(recipe, t, graph=True)
     for recipe in ("none", "fp8_block"):  # forward + loss + backward, no optimizer (as the PyTorch side)
         res[f"fwdbwd_{recipe}_T8192"] = bench(recipe, 8192, True)
     return res
