@@ -2,40 +2,22 @@
 // in place, and is refused (with the reason) where it cannot work: the CPU, training, tp > 1.
 #include <gtest/gtest.h>
 
-#include "comm/local_communicator.h"
 #include "engine/error.h"
 #include "models/forward_replay.h"
+#include "models/single_rank.h"
 #include "tests/common/gpu.h"
 
 namespace te {
 namespace {
 
-struct ReplayModel {
-  ModelSpec spec;
-  GlobalParams params;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  RankContext ctx;
-  std::unique_ptr<RankModel> model;
-
-  ReplayModel(const std::string& recipe, Device device, bool train = false) {
-    spec = parse_spec("name: replay\nmodel:\n  hidden: 128\n  layers: 2\n  dtype: bf16\n  block:\n"
-                      "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-                      "parallel: {tp: 1}\nprecision: {recipe: " + recipe + "}\nrun: {mode: " +
-                          (train ? "train" : "infer") + ", tokens: 64, seed: 3}\n",
-                      "<replay test>");
-    params = init_params(spec);
-    LocalGroupOptions go;
-    go.device = device;
-    comms = make_local_group(1, go);
-    ctx.comm = comms[0].get();
-    ctx.device = device;
-    ctx.stream = Stream::create(device);
-    ctx.dtype = spec.model.dtype;
-    ctx.recipe = recipe_configs(spec.precision, spec.run.seed);
-    ctx.training = train;
-    ctx.gemm = std::make_unique<GemmContext>(device);
-    model = std::make_unique<RankModel>(spec, params, ctx);
-  }
+struct ReplayModel : SingleRankModel {
+  ReplayModel(const std::string& recipe, Device device, bool train = false)
+      : SingleRankModel(parse_spec("name: replay\nmodel:\n  hidden: 128\n  layers: 2\n  dtype: bf16\n  block:\n"
+                        "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
+                        "parallel: {tp: 1}\nprecision: {recipe: " + recipe + "}\nrun: {mode: " +
+                            (train ? "train" : "infer") + ", tokens: 64, seed: 3}\n",
+                                   "<replay test>"),
+                        device, train) {}
   Tensor input(uint64_t seed) {
     Tensor x = Tensor::empty({64, 128}, DType::bf16, ctx.device, ctx.stream);
     x.fill_normal(seed, 0.f, 1.f, ctx.stream);

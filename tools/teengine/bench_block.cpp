@@ -5,10 +5,9 @@
 #include <memory>
 
 #include "engine/compare.h"
-#include "comm/local_communicator.h"
 #include "engine/error.h"
 #include "models/forward_replay.h"
-#include "models/rank_model.h"
+#include "models/single_rank.h"
 #include "tools/teengine/bench_util.h"
 #include "tools/teengine/commands.h"
 
@@ -35,30 +34,13 @@ std::string block_yaml(const BlockOpts& o, int64_t tokens, int64_t hidden, int64
          (train ? "train" : "infer") + ", tokens: " + std::to_string(tokens) + ", seed: 7}\n";
 }
 
-struct Bench {
-  ModelSpec spec;
-  GlobalParams params;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  RankContext ctx;
-  std::unique_ptr<RankModel> model;
+struct Bench : SingleRankModel {
+  using SingleRankModel::SingleRankModel;
   Tensor x, target;
 };
 
 std::unique_ptr<Bench> make(const std::string& yaml, Device device, bool train) {
-  auto b = std::make_unique<Bench>();
-  b->spec = parse_spec(yaml, "<bench>");
-  b->params = init_params(b->spec);
-  LocalGroupOptions go;
-  go.device = device;
-  b->comms = make_local_group(1, go);
-  b->ctx.comm = b->comms[0].get();
-  b->ctx.device = device;
-  b->ctx.stream = Stream::create(device);
-  b->ctx.dtype = b->spec.model.dtype;
-  b->ctx.recipe = recipe_configs(b->spec.precision, b->spec.run.seed);
-  b->ctx.training = train;
-  b->ctx.gemm = std::make_unique<GemmContext>(device);
-  b->model = std::make_unique<RankModel>(b->spec, b->params, b->ctx);
+  auto b = std::make_unique<Bench>(parse_spec(yaml, "<bench>"), device, train);
   const Shape s{b->spec.run.tokens, b->spec.model.hidden};
   b->x = Tensor::empty(s, DType::bf16, device, b->ctx.stream);
   b->x.fill_normal(11, 0.f, 1.f, b->ctx.stream);
