@@ -46,11 +46,14 @@ struct CudaCache {
   std::map<void*, const void*> pool_owner;       // block → its pool, for blocks a pool owns
   std::map<const void*, int64_t> pool_reserved;  // pool → bytes it owns
 
-  // The free-list key of a block freed (or wanted) on `stream`.
-  std::pair<const void*, size_t> key(void* block_ptr, const void* stream, size_t block) const {
-    auto it = block_ptr ? pool_owner.find(block_ptr) : pool_owner.end();
-    if (it != pool_owner.end()) return {it->second, block};
-    return {active_pool && !block_ptr ? active_pool : stream, block};
+  // Where an allocation on `stream` looks for a free block: the active pool's list, else the stream's.
+  std::pair<const void*, size_t> alloc_key(const void* stream, size_t block) const {
+    return {active_pool ? active_pool : stream, block};
+  }
+  // Where a freed block goes: back to its pool if one owns it, else to the stream's list.
+  std::pair<const void*, size_t> free_key(void* ptr, const void* stream, size_t block) const {
+    auto it = pool_owner.find(ptr);
+    return {it != pool_owner.end() ? it->second : stream, block};
   }
 
   // Free blocks back to the driver, except a pool's: its captured graphs still use them.
@@ -93,7 +96,7 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
   auto& c = cuda_cache(device.index);
   size_t block = round_block(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(c.acct.mu);
-  auto it = c.free_blocks.find(c.key(nullptr, stream.handle(), block));
+  auto it = c.free_blocks.find(c.alloc_key(stream.handle(), block));
   if (it != c.free_blocks.end() && !it->second.empty()) {
     void* p = it->second.back();
     it->second.pop_back();
@@ -152,7 +155,7 @@ void device_free(Device device, void* ptr, size_t bytes, const Stream& stream) {
   auto& c = cuda_cache(device.index);
   size_t block = round_block(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(c.acct.mu);
-  c.free_blocks[c.key(ptr, stream.handle(), block)].push_back(ptr);
+  c.free_blocks[c.free_key(ptr, stream.handle(), block)].push_back(ptr);
   c.acct.stats.current_bytes -= static_cast<int64_t>(block);
   c.acct.stats.cached_bytes += static_cast<int64_t>(block);
 #else

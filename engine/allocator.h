@@ -29,8 +29,8 @@ void empty_cache(Device device);
 // A private set of CUDA blocks for CUDA-graph capture. While a PoolScope is active on the pool's device, every
 // allocation there comes from the pool (cudaMalloc on a miss) and every block so allocated returns to the pool when
 // freed, whatever the stream: the addresses a captured graph reads and writes are never handed to other work while
-// the pool lives. Fill the pool with one uncaptured run inside a scope, then capture inside another: the capture
-// then allocates nothing from the driver. One scope per device at a time. Destroy the pool after the graphs that
+// the pool lives. Fill the pool with uncaptured runs of the same work inside a scope until it stops growing (twice
+// when the work replaces tensors it keeps), then capture: the capture then allocates nothing from the driver. One scope per device at a time. Destroy the pool after the graphs that
 // use it (its free blocks go back to the driver; blocks still held by tensors return to the shared cache).
 class CudaMemoryPool {
  public:

@@ -2,7 +2,7 @@
 // gaps between their launches cost as much as the kernels; replaying a captured graph removes the gaps.
 //
 // Captured once for a fixed input tensor, which every replay reads in place (write the next tokens into it, then
-// replay). Before the capture: one ordinary run (weights quantized and cached, GEMM plans chosen) and one run inside
+// replay). Before the capture: one ordinary run (weights quantized and cached, GEMM plans chosen) and two runs inside
 // a private memory pool, so the capture itself allocates nothing from the driver and the buffers it uses are never
 // handed to other work while the replay lives.
 #pragma once

@@ -9,6 +9,11 @@
 
 namespace te {
 namespace {
+// Per-tensor amaxes of tensors sharded (or computed per rank) over the group are reduced across it, so every rank and
+// tp = 1 use the same scale; a group of one needs no reduction.
+AmaxReducer group_amax_reducer(const RankContext& ctx) {
+  return ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer();
+}
 // grad += g (both f32, same shape).
 void accumulate(RankParam* p, const Tensor& g, const Stream& stream) {
   if (p) add(p->grad, g, Tensor(), p->grad, stream);
@@ -30,8 +35,7 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx) {
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
     // uses the same scale.
     q_weight_->set_usages(ctx.training ? Usage::both : Usage::rowwise);
-    weight_q_ = q_weight_->quantize(p_.weight->value, ctx.stream,
-                                    ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer());
+    weight_q_ = q_weight_->quantize(p_.weight->value, ctx.stream, group_amax_reducer(ctx));
   }
   return GemmOperand(*weight_q_);
 }
@@ -41,7 +45,7 @@ GemmOperand ParallelLinear::quantize_local(std::optional<Quantizer>& q, const Te
   if (!q) return GemmOperand(t);
   q->set_usages(usages);
   // A tensor sharded over the group (row-parallel input, features split) reduces its per-tensor amax too.
-  return GemmOperand(q->quantize(t, ctx.stream, ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer()));
+  return GemmOperand(q->quantize(t, ctx.stream, group_amax_reducer(ctx)));
 }
 
 Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
@@ -56,8 +60,7 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
       q_input_->set_usages(Usage::rowwise);
       NormQuantized n = norm_forward_quantized(norm_, x, p_.norm_weight->value,
                                                p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_, ctx.dtype,
-                                               *q_input_, ctx.stream,
-                                               ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer());
+                                               *q_input_, ctx.stream, group_amax_reducer(ctx));
       return gemm(GemmOperand(n.out), weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);
     }
     Tensor h = x;
@@ -90,9 +93,8 @@ Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, 
   if (mode_ == ParallelMode::row && q_input_ && !ctx.training) {
     // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of forward(act(pre)).
     q_input_->set_usages(Usage::rowwise);
-    return row_forward(GemmOperand(act_forward_quantized(act, pre, ctx.dtype, *q_input_, ctx.stream,
-                                                         ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer())),
-                       ctx);
+    return row_forward(
+        GemmOperand(act_forward_quantized(act, pre, ctx.dtype, *q_input_, ctx.stream, group_amax_reducer(ctx))), ctx);
   }
   return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
 }
@@ -176,13 +178,13 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
 }
 
 void ParallelLinear::update_forward_scales(RankContext& ctx) {
-  AmaxReducer reduce = ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer();
+  AmaxReducer reduce = group_amax_reducer(ctx);
   if (q_input_) q_input_->update_scale_after_step(ctx.stream, reduce);
   if (q_weight_) q_weight_->update_scale_after_step(ctx.stream, reduce);
 }
 
 void ParallelLinear::update_backward_scales(RankContext& ctx) {
-  if (q_grad_) q_grad_->update_scale_after_step(ctx.stream, ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer());
+  if (q_grad_) q_grad_->update_scale_after_step(ctx.stream, group_amax_reducer(ctx));
 }
 
 }  // namespace te

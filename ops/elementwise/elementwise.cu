@@ -118,7 +118,7 @@ void add(const void* a, DType ta, const void* b, DType tb, const void* bias, DTy
   if (sixteen && ta == tb && ta == tout && bias_ok && cols % 8 == 0 && al(a, 16) && al(b, 16) && al(out, 16) &&
       al(bias, tbias == DType::f32 ? 32 : 16)) {
     const int64_t n8 = n / 8;
-    const int grid = static_cast<int>(std::min<int64_t>((n8 + 255) / 256, 132 * 16));
+    const int grid = grid_for(n8, 256);
     auto launch = [&](auto t, auto tb) {
       using T = decltype(t);
       using TB = decltype(tb);
