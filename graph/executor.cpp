@@ -56,13 +56,14 @@ Executor::Executor(const Graph& graph, Plan plan, Device device, ExecOptions opt
   if (device.is_cuda()) {
     set_current_device(device);
     for (auto& s : m.streams) s = Stream::create(device);
+    if (m.opt.compute_stream) m.streams[0] = *m.opt.compute_stream;
   }
   m.arena = Tensor::empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::u8, device, m.streams[0]);
   char* base = static_cast<char*>(m.arena.data_ptr());
   m.values.resize(static_cast<size_t>(g_.num_values()));
   for (const Value& v : g_.values()) {
-    if (v.role != ValueRole::intermediate) continue;
     const PlannedBuffer& b = plan_.buffers[static_cast<size_t>(v.id)];
+    if (v.role != ValueRole::intermediate || b.held_by_binding) continue;  // bound, or the binding keeps it
     TE_CHECK(b.offset >= 0 && b.offset + b.bytes <= plan_.arena_bytes,
              g_.value_label(v.id) << " has no arena slot in the plan (offset " << b.offset << ")");
     m.values[static_cast<size_t>(v.id)] =

@@ -14,6 +14,7 @@
 // compute stream waiting on the comm stream, so one step's arena reuse never races the next.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/stream.h"
@@ -29,6 +30,9 @@ enum class ExecMode : uint8_t { inline_cpu, host_threads, cuda };
 struct ExecOptions {
   ExecMode mode = ExecMode::inline_cpu;
   bool cuda_graph = true;  // cuda mode only: capture once, replay every step
+  // cuda mode: run the compute lane on this stream (e.g. the caller's, so inputs written there need no extra event);
+  // unset: a new stream.
+  std::optional<Stream> compute_stream;
   ExecEnv env;
 };
 

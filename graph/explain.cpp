@@ -36,7 +36,9 @@ std::string explain(const Graph& g, const Plan& plan) {
     for (int v : node.inputs) os << "        in    " << g.value_label(v) << "\n";
     for (int v : node.outputs) {
       const PlannedBuffer& b = plan.buffers[static_cast<size_t>(v)];
-      os << "        out   " << g.value_label(v) << "  arena @" << b.offset << " +" << b.bytes;
+      os << "        out   " << g.value_label(v);
+      if (b.held_by_binding) os << "  held by the op binding";
+      else os << "  arena @" << b.offset << " +" << b.bytes;
       if (g.value(v).saved_for_backward) os << "  saved for backward";
       if (g.value(v).is_output) os << "  output";
       os << "\n";

@@ -9,6 +9,7 @@ namespace te {
 
 std::string Sharding::str() const {
   if (kind == Kind::replicated) return "replicated";
+  if (kind == Kind::partial) return "partial";
   std::ostringstream os;  // (ostringstream, not "literal" + string: GCC 12 -Wrestrict false positive)
   os << "split(" << dim << ")";
   return os.str();

@@ -22,13 +22,15 @@ struct OpDef;  // graph/op_table.h
 
 // How a value is laid out over the tensor-parallel group.
 struct Sharding {
-  enum class Kind : uint8_t { replicated, split };
+  // partial: every rank holds a full-shape addend of the value (a row-parallel GEMM's output before its reduction).
+  enum class Kind : uint8_t { replicated, split, partial };
   Kind kind = Kind::replicated;
   int dim = 0;  // split only: the dimension cut into `group size` equal pieces
   static Sharding replicated() { return {Kind::replicated, 0}; }
   static Sharding split(int dim) { return {Kind::split, dim}; }
+  static Sharding partial() { return {Kind::partial, 0}; }
   bool is_replicated() const { return kind == Kind::replicated; }
-  std::string str() const;  // "replicated" | "split(0)"
+  std::string str() const;  // "replicated" | "split(0)" | "partial"
   friend bool operator==(const Sharding&, const Sharding&) = default;
 };
 

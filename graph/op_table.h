@@ -3,6 +3,7 @@
 // graph's own; models/ and tests define theirs the same way), so binding an op kind to its kernels is one function
 // in one table row, and names, arity checks and dispatch cannot drift apart. Nodes point at their OpDef.
 #pragma once
+#include <any>
 #include <functional>
 #include <span>
 #include <string_view>
@@ -28,6 +29,9 @@ struct ExecEnv {
   int world_size = 1;
   // In-place sum over the group of `t` on `stream`; needed by the builtin all_reduce op when world_size > 1.
   std::function<void(Tensor& t, const Stream& stream)> all_reduce_sum;
+  // The binding's own state (e.g. models/ puts its layers and the values it holds here); kernels std::any_cast it
+  // to the type their table expects, so a mismatch is an error, not a bad pointer.
+  std::any binding;
 };
 
 // One kernel invocation. Inputs/outputs are views of caller-bound tensors or of the planned arena, shaped and typed

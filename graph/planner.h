@@ -47,13 +47,18 @@ struct PlanOptions {
   // Bytes of a quantized value's buffer (data + scales of its usages + amax). Without it a conservative estimate
   // from the format table is used (see quantized_value_bytes).
   std::function<int64_t(const ValueType&)> quantized_bytes;
+  // Values whose bytes the op binding owns (true): no arena slot; the executor hands the kernel an undefined tensor
+  // and the binding keeps the real one (e.g. models/ keeps gathered QuantizedTensors, which gather_along_first_dim
+  // allocates, beside the graph).
+  std::function<bool(const Graph&, const Value&)> held_by_binding;
 };
 
 struct PlannedBuffer {
   int value = -1;
-  int64_t offset = -1;  // into the arena; -1: not in the arena (caller-bound input or param)
+  int64_t offset = -1;  // into the arena; -1: not in the arena (caller-bound input or param, or held by the binding)
   int64_t bytes = 0;    // aligned size
   int first_step = -1, last_step = -1;  // producer step and last use step (num_steps for outputs)
+  bool held_by_binding = false;         // PlanOptions::held_by_binding: bytes 0, no offset
 };
 
 // `event` is recorded on the producer's stream after `producer` and waited on by the consumer's stream before

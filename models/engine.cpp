@@ -14,6 +14,7 @@
 #include "engine/element.h"
 #include "engine/log.h"
 #include "models/engine_impl.h"
+#include "models/model_graph.h"
 #include "models/rank_model.h"
 #include "te_config.h"
 
@@ -27,6 +28,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<te::Communicator>> comms;
   std::vector<std::unique_ptr<te::RankContext>> contexts;
   std::vector<std::unique_ptr<te::RankModel>> ranks;
+  std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per rank (run.executor: graph)
   std::mutex mu;  // forward/train_step are serialised
   std::vector<double> step_ms;
   std::vector<float> losses;
@@ -35,6 +37,12 @@ struct Engine::Impl {
   int64_t step = 0;
 
   int world() const { return spec.parallel.tp; }
+  bool graph_forward() const {
+    return spec.run.mode == te::RunMode::infer && spec.run.executor == te::ForwardExecutor::graph;
+  }
+  int64_t local_tokens(int64_t tokens) const {
+    return spec.parallel.sequence_parallel && world() > 1 ? tokens / world() : tokens;
+  }
   void build();
   // Local rows of rank r: SP splits the tokens; without SP every rank sees all of them.
   te::Tensor rank_input(const te::Tensor& global, int r, te::DType dtype) const;
@@ -71,9 +79,11 @@ void Engine::Impl::build() {
   te::LocalGroupOptions opts;
   opts.device = device;
   comms = te::make_local_group(w, opts);
+  graphs.clear();
   contexts.clear();
   ranks.clear();
   ranks.resize(w);
+  graphs.resize(w);
   for (int r = 0; r < w; ++r) {
     auto ctx = std::make_unique<te::RankContext>();
     ctx->comm = comms[r].get();
@@ -154,7 +164,14 @@ HostTensor Engine::forward(const HostTensor& input) {
     te::run_ranks(m.comms, [&](te::Communicator& c) {
       const int r = c.rank();
       te::Tensor xr = m.rank_input(x, r, m.spec.model.dtype);
-      outs[r] = m.ranks[r]->forward(xr);
+      if (m.graph_forward()) {
+        // Planned once per token count (shapes are static in a plan).
+        if (!m.graphs[r] || m.graphs[r]->local_tokens() != xr.size(0))
+          m.graphs[r] = std::make_unique<te::ModelGraph>(*m.ranks[r], xr.size(0));
+        outs[r] = m.graphs[r]->forward(xr);
+      } else {
+        outs[r] = m.ranks[r]->forward(xr);
+      }
       m.contexts[r]->stream.synchronize();
     });
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -262,6 +279,15 @@ std::string Engine::explain() const {
       line("column-parallel input, backward re-gather", te::Usage::columnwise, rc.input);
       line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
     }
+  }
+  if (m.graph_forward()) {
+    const int64_t t = m.local_tokens(m.spec.run.tokens);
+    o << "rank 0 forward plan (" << t << " local tokens):\n";
+    if (m.graphs[0] && m.graphs[0]->local_tokens() == t) o << m.graphs[0]->explain();
+    else o << te::ModelGraph(*m.ranks[0], t).explain();  // planning touches no device memory but the arena
+  } else {
+    o << (m.spec.run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
+                                                : "inference runs eagerly (run.executor: eager)\n");
   }
   return o.str();
 }

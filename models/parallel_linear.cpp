@@ -29,87 +29,117 @@ ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Para
   }
 }
 
-GemmOperand ParallelLinear::weight_operand(RankContext& ctx) {
+GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
   if (!q_weight_) return GemmOperand(p_.weight->value);
   if (!weight_q_) {
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
     // uses the same scale.
     q_weight_->set_usages(ctx.training ? Usage::both : Usage::rowwise);
-    weight_q_ = q_weight_->quantize(p_.weight->value, ctx.stream, group_amax_reducer(ctx));
+    weight_q_ = q_weight_->quantize(p_.weight->value, s, group_amax_reducer(ctx));
   }
   return GemmOperand(*weight_q_);
 }
 
 GemmOperand ParallelLinear::quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages,
-                                           RankContext& ctx) {
+                                           RankContext& ctx, const Stream& s) {
   if (!q) return GemmOperand(t);
   q->set_usages(usages);
   // A tensor sharded over the group (row-parallel input, features split) reduces its per-tensor amax too.
-  return GemmOperand(q->quantize(t, ctx.stream, group_amax_reducer(ctx)));
+  return GemmOperand(q->quantize(t, s, group_amax_reducer(ctx)));
+}
+
+bool ParallelLinear::fuses_norm_quantize(const RankContext& ctx) const {
+  return mode_ == ParallelMode::column && p_.norm_weight && q_input_ && !ctx.training && !ctx.gathers();
+}
+
+QuantizedTensor ParallelLinear::norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s) {
+  // Fused where norm_forward_quantized has a kernel; the same bytes as norm then quantize either way. Nothing saved.
+  q_input_->set_usages(Usage::rowwise);
+  return norm_forward_quantized(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_,
+                                ctx.dtype, *q_input_, s, group_amax_reducer(ctx))
+      .out;
+}
+
+Tensor ParallelLinear::norm(const Tensor& x, Tensor out, RankContext& ctx, const Stream& s) {
+  const int64_t rows = x.numel() / x.size(-1);
+  if (!out.defined()) out = Tensor::empty(x.shape(), ctx.dtype, ctx.device, s);
+  Tensor mean = norm_ == NormKind::layernorm ? Tensor::empty({rows}, DType::f32, ctx.device, s) : Tensor();
+  Tensor rstd = Tensor::empty({rows}, DType::f32, ctx.device, s);
+  norm_forward(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_, out, mean, rstd,
+               s);
+  if (ctx.training) {
+    mean_ = mean;
+    rstd_ = rstd;
+  }
+  return out;
+}
+
+GemmOperand ParallelLinear::gather_input(const Tensor& h, RankContext& ctx, const Stream& s) {
+  // [T/W, H] → [T, H]: quantized row-wise where §4 allows (always for 1D), else in the model dtype.
+  GatherResult g = gather_along_first_dim(h, *ctx.comm, input_quantizer(), Usage::rowwise, false, s);
+  return g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
+}
+
+GemmOperand ParallelLinear::local_input(const Tensor& x, RankContext& ctx, const Stream& s) {
+  return quantize_local(q_input_, x, Usage::rowwise, ctx, s);
+}
+
+QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s) {
+  // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of quantize(act(pre)).
+  q_input_->set_usages(Usage::rowwise);
+  return act_forward_quantized(act, pre, ctx.dtype, *q_input_, s, group_amax_reducer(ctx));
+}
+
+Tensor ParallelLinear::column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s) {
+  GemmOptions opts;
+  opts.out_dtype = ctx.dtype;
+  if (p_.bias) opts.bias = p_.bias->value;
+  const GemmOperand w = weight_operand(ctx, s);
+  if (!out.defined()) return gemm(in, w, GemmRole::fprop, opts, *ctx.gemm, s);  // [T, N/W]
+  gemm(in, w, GemmRole::fprop, out, opts, *ctx.gemm, s);
+  return out;
+}
+
+// Row-parallel: x [T, N/W] → partial [T, H]. The bias joins rank 0's partial only, so the reduction adds it exactly
+// once (inside the GEMM epilogue, before the output rounding).
+Tensor ParallelLinear::row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s) {
+  GemmOptions opts;
+  opts.out_dtype = ctx.dtype;
+  if (p_.bias && ctx.rank() == 0) opts.bias = p_.bias->value;
+  const GemmOperand w = weight_operand(ctx, s);
+  if (!out.defined()) return gemm(in, w, GemmRole::fprop, opts, *ctx.gemm, s);
+  gemm(in, w, GemmRole::fprop, out, opts, *ctx.gemm, s);
+  return out;
+}
+
+// partial [T, H] → [T/W, H] summed over the group under SP, [T, H] all-reduced without it (in place).
+Tensor ParallelLinear::reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s) {
+  if (ctx.world() == 1) return partial;
+  if (ctx.sequence_parallel) return reduce_scatter_along_first_dim(partial, *ctx.comm, false, s).output;
+  all_reduce(partial, *ctx.comm, ReduceOp::sum, false, s).wait();
+  return partial;
 }
 
 Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
-  GemmOptions opts;
-  opts.out_dtype = ctx.dtype;
-  if (mode_ == ParallelMode::column) {
-    // x [T/W, H] (SP) or [T, H]
-    if (p_.bias) opts.bias = p_.bias->value;
-    if (p_.norm_weight && q_input_ && !ctx.training && !ctx.gathers()) {
-      // Inference without a gather: the norm writes the GEMM's quantized input directly (fused where
-      // norm_forward_quantized has a kernel; same bytes as norm then quantize either way). Nothing is saved.
-      q_input_->set_usages(Usage::rowwise);
-      NormQuantized n = norm_forward_quantized(norm_, x, p_.norm_weight->value,
-                                               p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_, ctx.dtype,
-                                               *q_input_, ctx.stream, group_amax_reducer(ctx));
-      return gemm(GemmOperand(n.out), weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);
-    }
-    Tensor h = x;
-    if (p_.norm_weight) {
-      NormForward n = norm_forward(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(),
-                                   eps_, ctx.dtype, ctx.stream);
-      h = n.out;
-      mean_ = n.mean;
-      rstd_ = n.rstd;
-    }
+  const Stream& s = ctx.stream;
+  if (mode_ == ParallelMode::column) {  // x [T/W, H] (SP) or [T, H]
+    if (fuses_norm_quantize(ctx)) return column_gemm(GemmOperand(norm_quantized(x, ctx, s)), Tensor(), ctx, s);
+    const Tensor h = p_.norm_weight ? norm(x, Tensor(), ctx, s) : x;
     if (ctx.training) {
       x_ = x;
       h_ = h;
     }
-    if (ctx.gathers()) {
-      // [T/W, H] → [T, H]: quantized row-wise where §4 allows (always for 1D), else in the model dtype.
-      GatherResult g = gather_along_first_dim(h, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::rowwise,
-                                              false, ctx.stream);
-      GemmOperand in = g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
-      return gemm(in, weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);  // [T, N/W]
-    }
-    return gemm(quantize_local(q_input_, h, Usage::rowwise, ctx), weight_operand(ctx), GemmRole::fprop, opts,
-                *ctx.gemm, ctx.stream);
+    return column_gemm(ctx.gathers() ? gather_input(h, ctx, s) : local_input(h, ctx, s), Tensor(), ctx, s);
   }
   if (ctx.training) x_ = x;
-  return row_forward(quantize_local(q_input_, x, Usage::rowwise, ctx), ctx);
+  return reduce_partial(row_gemm(local_input(x, ctx, s), Tensor(), ctx, s), ctx, s);
 }
 
 Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx) {
-  if (mode_ == ParallelMode::row && q_input_ && !ctx.training) {
-    // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of forward(act(pre)).
-    q_input_->set_usages(Usage::rowwise);
-    return row_forward(
-        GemmOperand(act_forward_quantized(act, pre, ctx.dtype, *q_input_, ctx.stream, group_amax_reducer(ctx))), ctx);
-  }
+  if (mode_ == ParallelMode::row && q_input_ && !ctx.training)
+    return reduce_partial(row_gemm(GemmOperand(act_quantized(act, pre, ctx, ctx.stream)), Tensor(), ctx, ctx.stream),
+                          ctx, ctx.stream);
   return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
-}
-
-// Row-parallel: x [T, N/W] → partial [T, H] → reduce over the group. The bias joins rank 0's partial only, so it
-// is added exactly once (inside the GEMM epilogue, before the output rounding).
-Tensor ParallelLinear::row_forward(const GemmOperand& x, RankContext& ctx) {
-  GemmOptions opts;
-  opts.out_dtype = ctx.dtype;
-  if (p_.bias && ctx.rank() == 0) opts.bias = p_.bias->value;
-  Tensor partial = gemm(x, weight_operand(ctx), GemmRole::fprop, opts, *ctx.gemm, ctx.stream);
-  if (ctx.world() == 1) return partial;
-  if (ctx.sequence_parallel) return reduce_scatter_along_first_dim(partial, *ctx.comm, false, ctx.stream).output;
-  all_reduce(partial, *ctx.comm, ReduceOp::sum, false, ctx.stream).wait();
-  return partial;
 }
 
 Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
@@ -122,14 +152,15 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
 
   if (mode_ == ParallelMode::column) {
     // dy [T, N/W] is local to this rank's features: quantize both copies without communication.
-    GemmOperand dy_op = quantize_local(q_grad_, dy, Usage::both, ctx);
+    GemmOperand dy_op = quantize_local(q_grad_, dy, Usage::both, ctx, ctx.stream);
     // Re-gather the norm output's column-wise copy for wgrad (async: overlaps the dgrad GEMM). Local M not a
     // multiple of the block → the fallback gathers the saved high-precision copy: exact either way.
     std::optional<GatherResult> g;
     if (ctx.gathers())
       g = gather_along_first_dim(h_, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::columnwise, true,
                                  ctx.stream);
-    Tensor dx_total = gemm(dy_op, weight_operand(ctx), GemmRole::dgrad, dgrad_opts, *ctx.gemm, ctx.stream);
+    Tensor dx_total =
+        gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm, ctx.stream);
     Tensor dx;
     ReduceScatterResult rs;
     if (ctx.world() == 1) {
@@ -145,7 +176,7 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
       g->work.wait();
       h_op = g->output->quantized ? GemmOperand(g->quantized()) : GemmOperand(g->tensor());
     } else {
-      h_op = quantize_local(q_input_, h_, Usage::columnwise, ctx);
+      h_op = quantize_local(q_input_, h_, Usage::columnwise, ctx, ctx.stream);
     }
     gemm(dy_op, h_op, GemmRole::wgrad, p_.weight->grad, wgrad_opts, *ctx.gemm, ctx.stream);  // [N/W, H]
     if (ctx.gathers()) {
@@ -169,10 +200,11 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
         gather_along_first_dim(dy, *ctx.comm, q_grad_ ? &*q_grad_ : nullptr, Usage::both, false, ctx.stream);
     dy_op = g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
   } else {
-    dy_op = quantize_local(q_grad_, dy, Usage::both, ctx);
+    dy_op = quantize_local(q_grad_, dy, Usage::both, ctx, ctx.stream);
   }
-  Tensor dx = gemm(dy_op, weight_operand(ctx), GemmRole::dgrad, dgrad_opts, *ctx.gemm, ctx.stream);  // [T, N/W]
-  gemm(dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx), GemmRole::wgrad, p_.weight->grad, wgrad_opts,
+  Tensor dx = gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
+                   ctx.stream);  // [T, N/W]
+  gemm(dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream), GemmRole::wgrad, p_.weight->grad, wgrad_opts,
        *ctx.gemm, ctx.stream);  // [H, N/W]
   return dx;
 }

@@ -40,10 +40,28 @@ class ParallelLinear {
   void update_forward_scales(RankContext& ctx);
   void update_backward_scales(RankContext& ctx);
 
+  // The phases forward() chains on ctx.stream. The model graph (models/model_graph.h) runs each as one node on its
+  // own stream, so both paths compute the same bytes. An undefined `out` is allocated.
+  ParallelMode mode() const { return mode_; }
+  const Params& params() const { return p_; }
+  bool has_norm() const { return p_.norm_weight != nullptr; }
+  bool quantizes_input() const { return q_input_.has_value(); }
+  Quantizer* input_quantizer() { return q_input_ ? &*q_input_ : nullptr; }
+  // Inference with a norm under a quantized recipe and nothing to gather: the norm writes the quantized GEMM input.
+  bool fuses_norm_quantize(const RankContext& ctx) const;
+  QuantizedTensor norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s);
+  Tensor norm(const Tensor& x, Tensor out, RankContext& ctx, const Stream& s);  // saves statistics when training
+  GemmOperand gather_input(const Tensor& h, RankContext& ctx, const Stream& s);  // column, SP: [T/W, H] → [T, H]
+  GemmOperand local_input(const Tensor& x, RankContext& ctx, const Stream& s);   // quantized row-wise, or x
+  QuantizedTensor act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s);  // row, inference
+  Tensor column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);
+  Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);  // this rank's partial sum
+  Tensor reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s);       // over the group
+
  private:
-  GemmOperand weight_operand(RankContext& ctx);  // the cached quantized weight, or the HP weight
-  Tensor row_forward(const GemmOperand& x, RankContext& ctx);  // row-parallel GEMM and its reduction
-  GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx);
+  GemmOperand weight_operand(RankContext& ctx, const Stream& s);  // the cached quantized weight, or the HP weight
+  GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx,
+                             const Stream& s);
 
   ParallelMode mode_;
   NormKind norm_;

@@ -110,11 +110,15 @@ Tensor RankModel::forward(const Tensor& x) {
   Tensor h = x;
   for (auto& branches : layers_)
     for (BranchStages& b : branches) h = add(h, run_branch(b, h), Tensor(), ctx_.stream);  // residual
+  update_forward_scales();
+  return h;
+}
+
+void RankModel::update_forward_scales() {
   for (auto& branches : layers_)
     for (BranchStages& b : branches)
       for (Stage& s : b)
         if (s.linear) s.linear->update_forward_scales(ctx_);
-  return h;
 }
 
 float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step) {

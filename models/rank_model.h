@@ -28,15 +28,21 @@ class RankModel {
   // Copies this rank's master shards into the global tensors (host).
   void export_params(GlobalParams& global) const;
   RankContext& ctx() { return ctx_; }
+  const ModelSpec& spec() const { return spec_; }
   const std::vector<RankParam>& params() const { return params_; }
 
- private:
+  // The model's structure, read by the model graph (models/model_graph.h) to build the same computation.
   struct Stage {
     std::unique_ptr<ParallelLinear> linear;  // or an activation:
     std::optional<ActKind> act;
     Tensor act_in;  // saved activation input (training)
   };
   using BranchStages = std::vector<Stage>;
+  std::vector<std::vector<BranchStages>>& layers() { return layers_; }  // [layer][branch]
+  // Delayed scaling after a forward: every linear folds its step amaxes into the history.
+  void update_forward_scales();
+
+ private:
   Tensor run_branch(BranchStages& b, const Tensor& x);
   Tensor backprop_branch(BranchStages& b, const Tensor& dy);
   RankParam* param(const std::string& name);

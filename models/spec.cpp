@@ -17,6 +17,7 @@ std::string_view recipe_name(Recipe v) { return name_of(kRecipes, v); }
 std::string_view fp8_format_name(Fp8Format v) { return name_of(kFormats, v); }
 std::string_view amax_algo_name(AmaxAlgo v) { return name_of(kAlgos, v); }
 std::string_view run_mode_name(RunMode v) { return name_of(kRunModes, v); }
+std::string_view executor_name(ForwardExecutor v) { return name_of(kExecutors, v); }
 std::string_view optimizer_type_name(OptimizerType v) { return name_of(kOptims, v); }
 std::optional<Recipe> recipe_from_name(std::string_view name) {
   for (const auto& [n, r] : kRecipes)
@@ -92,7 +93,9 @@ std::string describe_spec(const ModelSpec& spec) {
     }
     o << "\n";
   }
-  o << "run: " << run_mode_name(spec.run.mode) << " on " << spec.run.device << ", " << spec.run.tokens
+  o << "run: " << run_mode_name(spec.run.mode);
+  if (spec.run.mode == RunMode::infer) o << " (" << executor_name(spec.run.executor) << " executor)";
+  o << " on " << spec.run.device << ", " << spec.run.tokens
     << " tokens, " << spec.run.steps << " step(s), seed " << spec.run.seed << "\n";
   return o.str();
 }

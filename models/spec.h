@@ -108,8 +108,14 @@ struct OptimizerSpec {
   double eps = 1e-8;                         // adamw
 };
 
+// How inference forwards run: planned and executed as a graph (compute and comm streams, one arena), or eagerly
+// layer by layer (the reference the graph is tested against). Training steps run eagerly either way.
+enum class ForwardExecutor : uint8_t { graph, eager };
+std::string_view executor_name(ForwardExecutor v);
+
 struct RunSpec {
   RunMode mode = RunMode::infer;
+  ForwardExecutor executor = ForwardExecutor::graph;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t tokens = 1024;
   int64_t steps = 1;

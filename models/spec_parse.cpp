@@ -277,8 +277,9 @@ void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
 }
 
 void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
-  Fields f(c, n, "run", {"mode", "device", "tokens", "steps", "seed", "optimizer"});
+  Fields f(c, n, "run", {"mode", "executor", "device", "tokens", "steps", "seed", "optimizer"});
   if (f.has("mode")) r.mode = read_enum(c, f.get("mode"), "run.mode", kRunModes);
+  if (f.has("executor")) r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
   if (f.has("device")) {
     r.device = read_string(c, f.get("device"), "run.device");
     bool ok = r.device == "auto" || r.device == "cpu" || r.device == "cuda";

@@ -26,6 +26,8 @@ inline const Table<Recipe> kRecipes = {{"none", Recipe::none},           {"fp8_d
 inline const Table<Fp8Format> kFormats = {{"e4m3", Fp8Format::e4m3}, {"hybrid", Fp8Format::hybrid}};
 inline const Table<AmaxAlgo> kAlgos = {{"max", AmaxAlgo::max}, {"most_recent", AmaxAlgo::most_recent}};
 inline const Table<RunMode> kRunModes = {{"infer", RunMode::infer}, {"train", RunMode::train}};
+inline const Table<ForwardExecutor> kExecutors = {{"graph", ForwardExecutor::graph},
+                                                  {"eager", ForwardExecutor::eager}};
 inline const Table<OptimizerType> kOptims = {{"sgd", OptimizerType::sgd}, {"adamw", OptimizerType::adamw}};
 inline const Table<DType> kModelDTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
 

@@ -7,6 +7,7 @@
 #include "engine/compare.h"
 #include "engine/error.h"
 #include "models/forward_replay.h"
+#include "models/model_graph.h"
 #include "models/single_rank.h"
 #include "tools/teengine/bench_util.h"
 #include "tools/teengine/commands.h"
@@ -15,7 +16,8 @@ namespace te::cli {
 namespace {
 
 struct BlockOpts {
-  std::string module = "layernorm_mlp", recipe = "fp8_block", device = "auto", activation = "gelu", cuda_graph = "off";
+  std::string module = "layernorm_mlp", recipe = "fp8_block", device = "auto", activation = "gelu", cuda_graph = "off",
+              executor = "eager";
   int64_t tokens = 8192, hidden = 4096, ffn = 16384;
   bool backward = false, optimizer = false, json = false;
 };
@@ -101,12 +103,22 @@ int run_block_bench(const BlockOpts& o) {
   const bool graph = o.cuda_graph == "on";
   if (graph && o.backward)
     TE_INPUT_ERROR("--cuda-graph on with --backward", "CUDA graph replay covers the inference forward; drop one");
+  const bool planned = o.executor == "graph";
+  if (planned && (o.backward || graph))
+    TE_INPUT_ERROR("--executor graph with " << (o.backward ? "--backward" : "--cuda-graph on"),
+                   "the model graph runs the inference forward without CUDA-graph capture; drop one");
   std::unique_ptr<ForwardReplay> replay;
-  double replay_err = 0;
-  if (graph) {
+  std::unique_ptr<ModelGraph> model_graph;
+  double replay_err = 0;  // replay or model graph against the eager forward: 0 means the same bytes
+  if (graph || planned) {
     const std::vector<float> eager = b->model->forward(b->x).to_f32_vector(b->ctx.stream);
-    replay = std::make_unique<ForwardReplay>(*b->model, b->x);
-    replay_err = rel_l2(replay->replay().to_f32_vector(b->ctx.stream), eager);
+    if (graph) {
+      replay = std::make_unique<ForwardReplay>(*b->model, b->x);
+      replay_err = rel_l2(replay->replay().to_f32_vector(b->ctx.stream), eager);
+    } else {
+      model_graph = std::make_unique<ModelGraph>(*b->model, o.tokens);
+      replay_err = rel_l2(model_graph->forward(b->x).to_f32_vector(b->ctx.stream), eager);
+    }
   }
   int64_t step = 0;
   bench::Timing t = bench::time_it(
@@ -114,6 +126,7 @@ int run_block_bench(const BlockOpts& o) {
         if (o.backward && o.optimizer) b->model->train_step(b->x, b->target, ++step);
         else if (o.backward) (void)b->model->forward_backward(b->x, b->target);
         else if (replay) (void)replay->replay();
+        else if (model_graph) (void)model_graph->forward(b->x);
         else (void)b->model->forward(b->x);
       },
       b->ctx.stream, 3, o.tokens >= 4096 ? 10 : 30);
@@ -122,7 +135,7 @@ int run_block_bench(const BlockOpts& o) {
   double flops = 0;
   if (o.module != "layernorm_mlp") flops += 2.0 * T * H * F * 2;
   if (o.module != "layernorm_linear") flops += 2.0 * T * H * (F1 + F);
-  const bool valid = ok && replay_err == 0;  // replay_err 0: the replay computes the eager bytes
+  const bool valid = ok && replay_err == 0;
   if (o.backward) flops *= 3;
   nlohmann::json r = {{"bench", "block"},
                       {"module", o.module},
@@ -134,6 +147,7 @@ int run_block_bench(const BlockOpts& o) {
                       {"optimizer", o.backward && o.optimizer},
                       {"device", device.str()},
                       {"cuda_graph", graph},
+                      {"executor", o.executor},
                       {"replay_vs_eager_rel_l2", replay_err},
                       {"validated", valid},
                       {"rel_l2_vs_cpu_small", err},
@@ -162,6 +176,9 @@ Command add_bench_block(CLI::App& app) {
   sub->add_flag("--optimizer", o->optimizer, "with --backward: include the optimizer update (a whole training step)");
   sub->add_option("--cuda-graph", o->cuda_graph, "replay the inference forward as one CUDA graph")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  sub->add_option("--executor", o->executor, "inference forward: eager (layer by layer) or graph (planned, 2 streams)")
+      ->check(CLI::IsMember({"eager", "graph"}))
       ->capture_default_str();
   sub->add_flag("--json", o->json, "print the report as JSON");
   return {sub, [o] { return run_block_bench(*o); }};

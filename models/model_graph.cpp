@@ -1,0 +1,167 @@
+#include "models/model_graph.h"
+
+#include <cstring>
+
+#include "comm/gather.h"
+#include "engine/error.h"
+#include "graph/builder.h"
+
+namespace te {
+namespace {
+
+// §4 for the forward gather of a column-parallel input, from the rule gather_along_first_dim applies.
+GatherDecision decide_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
+  ParallelLinear& linear = *b.linears.at(static_cast<size_t>(gather.attr<int64_t>("linear")));
+  const ValueType& in = g.value(gather.inputs[0]).type;
+  const Quantizer* q = linear.input_quantizer();
+  GatherDecision d;  // the norm writes high precision; the gather quantizes its local shard or falls back
+  if (!q) {
+    d.usages.push_back({Usage::none, GatherPath::high_precision,
+                        TE_STR_("recipe none: the gather moves " << dtype_name(in.dtype))});
+    return d;
+  }
+  const UsagePath p = plan_gather(in.shape, q, Usage::rowwise, b.ctx->world()).rowwise;
+  if (p.path == GatherRoute::quantized)
+    d.usages.push_back({Usage::rowwise, GatherPath::quantized,
+                        TE_STR_("local shard " << shape_str(in.shape) << " is gatherable in "
+                                               << quant_format_name(q->config().format) << " (NUMERICS.md §4)")});
+  else
+    d.usages.push_back({Usage::rowwise, GatherPath::fallback, p.reason});
+  return d;
+}
+
+// "layers.0.mlp.fc1_weight" → "layers.0.mlp.fc1"; "layers.0.qkv.weight" → "layers.0.qkv".
+std::string layer_name(const ParallelLinear& l) {
+  std::string n = l.params().weight->spec->name;
+  for (const char* suffix : {".weight", "_weight"})
+    if (n.size() > std::strlen(suffix) && n.ends_with(suffix)) return n.substr(0, n.size() - std::strlen(suffix));
+  return n;
+}
+
+}  // namespace
+
+ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens) : model_(model), local_tokens_(local_tokens) {
+  RankContext& ctx = model.ctx();
+  TE_CHECK_HINT(!ctx.training, "the model graph runs the inference forward, and this model keeps training state",
+                "build it from a model with run.mode: infer; training steps run eagerly (RankModel::train_step)");
+  TE_CHECK(local_tokens > 0, "the model graph needs at least one local token, got " << local_tokens);
+  binding_.ctx = &ctx;
+  build();
+  PlanOptions po;
+  po.held_by_binding = model_value_held_by_binding;
+  po.gather_hook = [this](const Graph& g, const Node& n) { return decide_gather(g, n, binding_); };
+  Plan plan = plan_graph(graph_, po);
+  binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
+  ExecOptions eo;
+  eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
+  // Collectives and quantizers allocate their outputs: capture would need a private pool (see ForwardReplay).
+  eo.cuda_graph = false;
+  if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;  // inputs are written there; results are read there
+  eo.env.rank = ctx.rank();
+  eo.env.world_size = ctx.world();
+  eo.env.binding = &binding_;
+  exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
+  for (const auto& [v, t] : params_) exec_->bind(v, t);
+}
+
+void ModelGraph::build() {
+  RankContext& ctx = model_.ctx();
+  GraphBuilder b(graph_);
+  const int64_t world = ctx.world();
+  auto type = [&](Shape shape, Sharding sh) {
+    ValueType t;
+    t.shape = std::move(shape);
+    t.dtype = ctx.dtype;
+    t.device = ctx.device;
+    t.sharding = sh;
+    return t;
+  };
+  auto param = [&](const RankParam* p) {
+    const int dim = p->spec->shard_dim;
+    const Sharding sh = world > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
+    const int id = b.param(p->spec->name, type(p->value.shape(), sh), false);
+    params_.emplace_back(id, p->value);
+    return id;
+  };
+  const int64_t hidden = model_.spec().model.hidden;
+  input_ = b.input("x", type({local_tokens_, hidden}, ctx.gathers() ? Sharding::split(0) : Sharding::replicated()));
+
+  int x = input_;
+  for (size_t li = 0; li < model_.layers().size(); ++li) {
+    for (size_t bi = 0; bi < model_.layers()[li].size(); ++bi) {
+      RankModel::BranchStages& stages = model_.layers()[li][bi];
+      int h = x;
+      for (size_t i = 0; i < stages.size(); ++i) {
+        ParallelLinear* l = stages[i].linear.get();
+        if (!l) {  // activation; fused with FC2's input quantization where the eager forward fuses it
+          const ActKind act = *stages[i].act;
+          ParallelLinear* next = i + 1 < stages.size() ? stages[i + 1].linear.get() : nullptr;
+          const bool fuse = next && next->mode() == ParallelMode::row && next->quantizes_input();
+          if (!fuse) {
+            h = b.add1(model_op(ModelOp::act), {h}, {{"act", std::string(act_kind_name(act))}},
+                       next ? layer_name(*next) + ".act" : std::string("act"));
+            continue;
+          }
+          l = next;
+          ++i;
+          Attrs a{{"linear", static_cast<int64_t>(binding_.linears.size())}, {"world", world},
+                  {"act", std::string(act_kind_name(act))},
+                  {"format", std::string(quant_format_name(l->input_quantizer()->config().format))}};
+          h = b.add1(model_op(ModelOp::act_quantize), {h}, a, layer_name(*l) + ".act_quantize");
+        }
+        const std::string name = layer_name(*l);
+        const ParallelLinear::Params& p = l->params();
+        Attrs base{{"linear", static_cast<int64_t>(binding_.linears.size())}, {"world", world}};
+        binding_.linears.push_back(l);
+        Attrs quantized = base;
+        if (l->quantizes_input())
+          quantized.set("format", std::string(quant_format_name(l->input_quantizer()->config().format)));
+        std::vector<int> norm_in;
+        if (l->has_norm()) {
+          norm_in = {h, param(p.norm_weight)};
+          if (p.norm_bias) norm_in.push_back(param(p.norm_bias));
+        }
+        const bool quantize_here = l->quantizes_input() && !graph_.value(h).type.is_quantized();
+        int in = h;
+        if (l->mode() == ParallelMode::column) {
+          if (l->fuses_norm_quantize(ctx)) {
+            in = b.add1(model_op(ModelOp::norm_quantize), norm_in, quantized, name + ".norm_quantize");
+          } else {
+            if (l->has_norm()) in = b.add1(model_op(ModelOp::norm), norm_in, base, name + ".norm");
+            if (ctx.gathers()) in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
+            else if (quantize_here) in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
+          }
+        } else if (quantize_here) {
+          in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
+        }
+        std::vector<int> gemm_in{in, param(p.weight)};
+        if (p.bias) gemm_in.push_back(param(p.bias));
+        if (l->mode() == ParallelMode::column) {
+          h = b.add1(model_op(ModelOp::column_gemm), gemm_in, base, name);
+        } else {
+          h = b.add1(model_op(ModelOp::row_gemm), gemm_in, base, name);
+          if (world > 1)
+            h = b.add1(model_op(ModelOp::reduce), {h}, Attrs(base).set("sp", ctx.sequence_parallel),
+                       name + (ctx.sequence_parallel ? ".reduce_scatter" : ".all_reduce"));
+        }
+      }
+      x = b.add1(model_op(ModelOp::residual_add), {x, h}, {}, TE_STR_("layers." << li << ".residual" << bi));
+    }
+  }
+  output_ = x;
+  b.mark_output(output_);
+}
+
+Tensor ModelGraph::forward(const Tensor& x) {
+  exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());  // names the value and the fix on a shape mismatch
+  exec_->run();
+  model_.update_forward_scales();  // ordered after the step on ctx.stream, as the eager forward does
+  // The held values go back to the allocator's cache of the stream that made them; the next step's work on that
+  // stream is ordered after this step's readers (the executor forks and joins its streams every step).
+  for (auto& v : binding_.held) v.reset();
+  return exec_->tensor(output_);
+}
+
+std::string ModelGraph::explain() const { return te::explain(graph_, exec_->plan()); }
+
+}  // namespace te

@@ -1,0 +1,72 @@
+// The model's op kinds for the graph IR (graph/op_table.h): one table row per forward phase of ParallelLinear
+// (models/parallel_linear.h), plus the activation and the residual add. Each kernel calls the phase the eager
+// forward calls, on the stream the plan gives it, so the graph computes the eager bytes.
+//
+// Values the collectives and quantizers allocate themselves (gathered or reduced tensors, QuantizedTensors) are
+// held by the binding (PlanOptions::held_by_binding), in ModelBinding::held; everything else is a planned arena
+// buffer. ModelBinding reaches the kernels as ExecEnv::binding.
+//
+// Attributes: linear (int, index into ModelBinding::linears), world (int), format (string, a QuantFormat name: the
+// value is quantized row-wise in it), act (string, an ActKind name), sp (bool: the reduction is a reduce-scatter).
+#pragma once
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "graph/op_table.h"
+#include "models/parallel_linear.h"
+
+namespace te {
+
+struct ModelBinding {
+  RankContext* ctx = nullptr;
+  std::vector<ParallelLinear*> linears;          // by the nodes' `linear` attribute
+  std::vector<std::optional<GemmOperand>> held;  // by value id: the values the planner left to the binding
+};
+
+namespace model_ops {
+std::vector<ValueType> infer_norm(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_quantize(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_gather(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_gemm(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_act(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_reduce(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_residual(const Node& n, const std::vector<ValueType>& in);
+
+void run_norm(KernelCall& c);
+void run_norm_quantize(KernelCall& c);
+void run_sp_gather(KernelCall& c);
+void run_quantize(KernelCall& c);
+void run_column_gemm(KernelCall& c);
+void run_act(KernelCall& c);
+void run_act_quantize(KernelCall& c);
+void run_row_gemm(KernelCall& c);
+void run_reduce(KernelCall& c);
+void run_residual(KernelCall& c);
+}  // namespace model_ops
+
+enum class ModelOp { norm, norm_quantize, sp_gather, quantize, column_gemm, act, act_quantize, row_gemm, reduce,
+                     residual_add };
+
+// Inputs: norm (x, gamma[, beta]); column/row gemm (input, weight[, bias]); the others one value. Backward rules are
+// not bound yet: training steps run eagerly (RankModel::train_step).
+inline constexpr std::array<OpDef, 10> kModelOps{{
+    {"norm", -1, 1, StreamClass::compute, false, model_ops::infer_norm, nullptr, model_ops::run_norm},
+    {"norm_quantize", -1, 1, StreamClass::compute, false, model_ops::infer_quantize, nullptr,
+     model_ops::run_norm_quantize},
+    {"sp_gather", 1, 1, StreamClass::comm, true, model_ops::infer_gather, nullptr, model_ops::run_sp_gather},
+    {"quantize", 1, 1, StreamClass::compute, false, model_ops::infer_quantize, nullptr, model_ops::run_quantize},
+    {"column_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, nullptr, model_ops::run_column_gemm},
+    {"act", 1, 1, StreamClass::compute, false, model_ops::infer_act, nullptr, model_ops::run_act},
+    {"act_quantize", 1, 1, StreamClass::compute, false, model_ops::infer_act, nullptr, model_ops::run_act_quantize},
+    {"row_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, nullptr, model_ops::run_row_gemm},
+    {"reduce", 1, 1, StreamClass::comm, false, model_ops::infer_reduce, nullptr, model_ops::run_reduce},
+    {"residual_add", 2, 1, StreamClass::compute, false, model_ops::infer_residual, nullptr, model_ops::run_residual},
+}};
+
+inline const OpDef& model_op(ModelOp o) { return kModelOps[static_cast<size_t>(o)]; }
+
+// The planner's held_by_binding for model graphs: quantized values and everything a comm node produces.
+bool model_value_held_by_binding(const Graph& g, const Value& v);
+
+}  // namespace te
