@@ -22,16 +22,19 @@ RankModel& checked(RankModel& model, const Tensor& input) {
 }  // namespace
 
 ForwardReplay::ForwardReplay(RankModel& model, Tensor input)
-    : model_(checked(model, input)), input_(std::move(input)), pool_(model.ctx().device) {
+    : ForwardReplay(model, input, [&model, input] { return model.forward(input); }) {}
+
+ForwardReplay::ForwardReplay(RankModel& model, Tensor input, std::function<Tensor()> forward)
+    : model_(checked(model, input)), input_(std::move(input)), forward_(std::move(forward)), pool_(model.ctx().device) {
   const Stream& st = model_.ctx().stream;
-  (void)model_.forward(input_);  // weights quantized and cached, GEMM plans and workspaces made (shared memory)
+  (void)forward_();  // weights quantized and cached, GEMM plans and workspaces made (shared memory)
   {
     PoolScope scope(pool_);
     // Twice: a layer's saved tensors are replaced only after their successors are allocated, so the pool reaches
     // its steady state (every buffer the captured forward will ask for is free in it) on the second run.
-    (void)model_.forward(input_);
-    (void)model_.forward(input_);
-    graph_.capture(st, [&] { output_ = model_.forward(input_); }, "the model's forward");
+    (void)forward_();
+    (void)forward_();
+    graph_.capture(st, [&] { output_ = forward_(); }, "the model's forward");
   }
 }
 

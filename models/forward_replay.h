@@ -6,6 +6,8 @@
 // a private memory pool, so the capture itself allocates nothing from the driver and the buffers it uses are never
 // handed to other work while the replay lives.
 #pragma once
+#include <functional>
+
 #include "engine/allocator.h"
 #include "engine/cuda_graph.h"
 #include "models/rank_model.h"
@@ -16,6 +18,9 @@ class ForwardReplay {
  public:
   // `model` (built for inference, on a CUDA device, tp = 1) must outlive the replay.
   ForwardReplay(RankModel& model, Tensor input);
+  // Any forward of that model that reads `input` in place and enqueues on the model's stream, e.g. its graph
+  // executor's (ModelGraph::forward).
+  ForwardReplay(RankModel& model, Tensor input, std::function<Tensor()> forward);
   ~ForwardReplay();
   ForwardReplay(const ForwardReplay&) = delete;
   ForwardReplay& operator=(const ForwardReplay&) = delete;
@@ -28,6 +33,7 @@ class ForwardReplay {
  private:
   RankModel& model_;
   Tensor input_;
+  std::function<Tensor()> forward_;
   CudaMemoryPool pool_;  // declared before graph_ and output_: destroyed after them
   CudaGraph graph_;
   Tensor output_;

@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "models/forward_replay.h"
+#include "models/model_graph.h"
 #include "models/single_rank.h"
 #include "tests/common/gpu.h"
 
@@ -50,6 +51,19 @@ TEST_P(ForwardReplayGpu, EqualsEagerAndReadsInputInPlace) {
   // Eager work between replays allocates from the shared cache, never from the replay's buffers.
   for (int i = 0; i < 3; ++i) (void)m.model->forward(m.input(10 + i));
   EXPECT_EQ(bits(replay.replay(), m.ctx.stream), replayed2);
+}
+
+// The graph executor's forward (two streams, planned arena) captured the same way: still the eager bytes.
+TEST_P(ForwardReplayGpu, ModelGraphReplayEqualsEager) {
+  TE_REQUIRE_GPU();
+  ReplayModel m(GetParam(), Device::cuda(0));
+  Tensor x = m.input(1);
+  const std::vector<uint16_t> eager1 = bits(m.model->forward(x), m.ctx.stream);
+  ModelGraph graph(*m.model, 64);
+  ForwardReplay replay(*m.model, x, [&] { return graph.forward(x); });
+  EXPECT_EQ(bits(replay.replay(), m.ctx.stream), eager1);
+  x.copy_from(m.input(2), m.ctx.stream);
+  EXPECT_EQ(bits(replay.replay(), m.ctx.stream), bits(m.model->forward(x), m.ctx.stream));
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, ForwardReplayGpu, ::testing::Values("none", "fp8_current", "fp8_block", "mxfp8"));

@@ -104,21 +104,20 @@ int run_block_bench(const BlockOpts& o) {
   if (graph && o.backward)
     TE_INPUT_ERROR("--cuda-graph on with --backward", "CUDA graph replay covers the inference forward; drop one");
   const bool planned = o.executor == "graph";
-  if (planned && (o.backward || graph))
-    TE_INPUT_ERROR("--executor graph with " << (o.backward ? "--backward" : "--cuda-graph on"),
-                   "the model graph runs the inference forward without CUDA-graph capture; drop one");
+  if (planned && o.backward)
+    TE_INPUT_ERROR("--executor graph with --backward", "the model graph runs the inference forward; drop one");
   std::unique_ptr<ForwardReplay> replay;
   std::unique_ptr<ModelGraph> model_graph;
   double replay_err = 0;  // replay or model graph against the eager forward: 0 means the same bytes
   if (graph || planned) {
     const std::vector<float> eager = b->model->forward(b->x).to_f32_vector(b->ctx.stream);
-    if (graph) {
+    if (planned) model_graph = std::make_unique<ModelGraph>(*b->model, o.tokens);
+    if (graph && planned)
+      replay = std::make_unique<ForwardReplay>(*b->model, b->x, [&] { return model_graph->forward(b->x); });
+    else if (graph)
       replay = std::make_unique<ForwardReplay>(*b->model, b->x);
-      replay_err = rel_l2(replay->replay().to_f32_vector(b->ctx.stream), eager);
-    } else {
-      model_graph = std::make_unique<ModelGraph>(*b->model, o.tokens);
-      replay_err = rel_l2(model_graph->forward(b->x).to_f32_vector(b->ctx.stream), eager);
-    }
+    const Tensor out = replay ? replay->replay() : model_graph->forward(b->x);
+    replay_err = rel_l2(out.to_f32_vector(b->ctx.stream), eager);
   }
   int64_t step = 0;
   bench::Timing t = bench::time_it(
