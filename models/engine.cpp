@@ -14,6 +14,7 @@
 #include "engine/element.h"
 #include "engine/log.h"
 #include "models/engine_impl.h"
+#include "ops/elementwise/elementwise.h"
 #include "models/model_graph.h"
 #include "models/rank_model.h"
 #include "te_config.h"
@@ -109,9 +110,10 @@ te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, te::DType dtype)
     const int64_t n = g.size(0) / world();
     rows = g.narrow(0, r * n, n);
   }
-  te::Tensor typed = rows.dtype() == dtype ? rows.contiguous()
-                                          : te::Tensor::from_f32(rows.to_f32_vector(), rows.shape(), dtype);
-  return typed.to(device, contexts[r]->stream);
+  // Cast where the rank computes (one kernel on a GPU), not element by element on the host.
+  const te::Stream& st = contexts[r]->stream;
+  te::Tensor on_device = rows.contiguous().to(device, st);
+  return on_device.dtype() == dtype ? on_device : te::cast(on_device, dtype, st);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
