@@ -1,6 +1,7 @@
 #include "graph/executor.h"
 
 #include <array>
+#include <chrono>
 
 #include "engine/cuda_graph.h"
 #include "engine/error.h"
@@ -29,11 +30,27 @@ struct Executor::Impl {
   Event fork, join;
   CudaGraph graph;                  // cuda_graph: the captured step
   std::vector<void*> captured_ptrs;  // the bound tensors' addresses it was captured with
+  // profile
+  std::vector<Event> step_begin, step_end;  // cuda mode, by step
+  std::vector<double> host_ms;              // CPU modes, by step
 
   void launch(const Graph& g, int node_id, const Stream& stream) {
     const Node& n = g.node(node_id);
     KernelCall call{n, node_in[static_cast<size_t>(node_id)], node_out[static_cast<size_t>(node_id)], stream, opt.env};
     n.op->run(call);
+  }
+  // launch() of plan step s, timed when profiling (host clock on the CPU: kernels there finish before returning).
+  void launch_step(const Graph& g, size_t s, int node_id, const Stream& stream) {
+    if (!opt.profile) return launch(g, node_id, stream);
+    if (opt.mode == ExecMode::cuda) {
+      step_begin[s].record(stream);
+      launch(g, node_id, stream);
+      step_end[s].record(stream);
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    launch(g, node_id, stream);
+    host_ms[s] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 };
 
@@ -84,6 +101,15 @@ Executor::Executor(const Graph& graph, Plan plan, Device device, ExecOptions opt
     m.records[static_cast<size_t>(pos[static_cast<size_t>(pe.producer)])].push_back(static_cast<int>(e));
     m.waits[static_cast<size_t>(pos[static_cast<size_t>(pe.consumer)])].push_back(static_cast<int>(e));
   }
+  if (m.opt.profile) {
+    m.opt.cuda_graph = false;
+    m.host_ms.assign(plan_.steps.size(), 0.0);
+    if (m.opt.mode == ExecMode::cuda)
+      for (size_t s = 0; s < plan_.steps.size(); ++s) {
+        m.step_begin.push_back(Event::create(device, true));
+        m.step_end.push_back(Event::create(device, true));
+      }
+  }
   if (m.opt.mode == ExecMode::host_threads) {
     for (auto& h : m.host) h = std::make_unique<HostStream>();
     m.host_events.resize(plan_.events.size());
@@ -119,6 +145,15 @@ void Executor::bind(int value, const Tensor& t) {
 Tensor Executor::tensor(int value) const {
   (void)g_.value(value);  // range check with a clear message
   return impl_->values[static_cast<size_t>(value)];
+}
+
+std::vector<double> Executor::step_ms() const {
+  const Impl& m = *impl_;
+  TE_CHECK_HINT(m.opt.profile, "step_ms() without profiling", "set ExecOptions::profile");
+  if (m.opt.mode != ExecMode::cuda) return m.host_ms;
+  std::vector<double> ms(plan_.steps.size());
+  for (size_t s = 0; s < ms.size(); ++s) ms[s] = m.step_begin[s].elapsed_ms(m.step_end[s]);
+  return ms;
 }
 
 const Stream& Executor::compute_stream() const { return impl_->streams[0]; }
@@ -157,7 +192,7 @@ void Executor::run() {
   const auto& steps = plan_.steps;
 
   if (m.opt.mode == ExecMode::inline_cpu) {
-    for (const PlanStep& st : steps) m.launch(g_, st.node, m.streams[0]);
+    for (size_t s = 0; s < steps.size(); ++s) m.launch_step(g_, s, steps[s].node, m.streams[0]);
     return;
   }
 
@@ -170,7 +205,7 @@ void Executor::run() {
       HostStream& lane = *m.host[static_cast<size_t>(steps[s].stream)];
       for (int e : m.waits[s]) m.host_events[static_cast<size_t>(e)].wait(lane);
       const int node = steps[s].node;
-      lane.submit([this, node] { impl_->launch(g_, node, impl_->streams[0]); });
+      lane.submit([this, s, node] { impl_->launch_step(g_, s, node, impl_->streams[0]); });
       for (int e : m.records[s]) m.host_events[static_cast<size_t>(e)].record(lane);
     }
     m.host_join.record(comm);
@@ -189,7 +224,7 @@ void Executor::run() {
     for (size_t s = 0; s < steps.size(); ++s) {
       const Stream& lane = m.streams[static_cast<size_t>(steps[s].stream)];
       for (int e : m.waits[s]) m.events[static_cast<size_t>(e)].wait(lane);
-      m.launch(g_, steps[s].node, lane);
+      m.launch_step(g_, s, steps[s].node, lane);
       for (int e : m.records[s]) m.events[static_cast<size_t>(e)].record(lane);
     }
     m.join.record(comm);

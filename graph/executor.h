@@ -33,6 +33,9 @@ struct ExecOptions {
   // cuda mode: run the compute lane on this stream (e.g. the caller's, so inputs written there need no extra event);
   // unset: a new stream.
   std::optional<Stream> compute_stream;
+  // Time every node (CUDA events on its stream, or the host clock on the CPU); read step_ms() after synchronize().
+  // In cuda mode it turns cuda_graph off: a captured step has no per-node boundaries.
+  bool profile = false;
   ExecEnv env;
 };
 
@@ -54,6 +57,8 @@ class Executor {
   Tensor tensor(int value) const;
 
   const Plan& plan() const { return plan_; }
+  // With ExecOptions::profile: each plan step's node time in the last run, ms (indexed like plan().steps).
+  std::vector<double> step_ms() const;
   const Stream& compute_stream() const;
   const Stream& comm_stream() const;
   int64_t arena_bytes() const { return plan_.arena_bytes; }

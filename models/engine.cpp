@@ -16,6 +16,7 @@
 #include "models/engine_impl.h"
 #include "ops/elementwise/elementwise.h"
 #include "models/model_graph.h"
+#include "models/rank_group.h"
 #include "models/rank_model.h"
 #include "te_config.h"
 
@@ -86,19 +87,12 @@ void Engine::Impl::build() {
   ranks.resize(w);
   graphs.resize(w);
   for (int r = 0; r < w; ++r) {
-    auto ctx = std::make_unique<te::RankContext>();
-    ctx->comm = comms[r].get();
-    ctx->sequence_parallel = spec.parallel.sequence_parallel && w > 1;
-    ctx->device = device;
-    ctx->dtype = spec.model.dtype;
-    ctx->recipe = te::recipe_configs(spec.precision, spec.run.seed);
-    ctx->training = spec.run.mode == te::RunMode::train;
-    contexts.push_back(std::move(ctx));
+    contexts.push_back(std::make_unique<te::RankContext>());
+    te::init_rank_context(*contexts.back(), spec, *comms[r], device);
   }
   te::run_ranks(comms, [&](te::Communicator& c) {
     te::RankContext& ctx = *contexts[c.rank()];
-    ctx.stream = te::Stream::create(device);
-    ctx.gemm = std::make_unique<te::GemmContext>(device);
+    te::init_rank_resources(ctx);
     ranks[c.rank()] = std::make_unique<te::RankModel>(spec, global, ctx);
     ctx.stream.synchronize();
   });

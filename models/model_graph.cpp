@@ -40,7 +40,8 @@ std::string layer_name(const ParallelLinear& l) {
 
 }  // namespace
 
-ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens) : model_(model), local_tokens_(local_tokens) {
+ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions options)
+    : model_(model), local_tokens_(local_tokens) {
   RankContext& ctx = model.ctx();
   TE_CHECK_HINT(!ctx.training, "the model graph runs the inference forward, and this model keeps training state",
                 "build it from a model with run.mode: infer; training steps run eagerly (RankModel::train_step)");
@@ -50,12 +51,14 @@ ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens) : model_(model), 
   PlanOptions po;
   po.held_by_binding = model_value_held_by_binding;
   po.gather_hook = [this](const Graph& g, const Node& n) { return decide_gather(g, n, binding_); };
+  po.single_stream = !options.overlap;
   Plan plan = plan_graph(graph_, po);
   binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
   ExecOptions eo;
   eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
   // Collectives and quantizers allocate their outputs: capture would need a private pool (see ForwardReplay).
   eo.cuda_graph = false;
+  eo.profile = options.profile;
   if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;  // inputs are written there; results are read there
   eo.env.rank = ctx.rank();
   eo.env.world_size = ctx.world();

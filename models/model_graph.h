@@ -18,10 +18,15 @@
 
 namespace te {
 
+struct ModelGraphOptions {
+  bool overlap = true;   // false: every node on the compute stream (the serial baseline overlap is measured against)
+  bool profile = false;  // time every node (Executor step_ms)
+};
+
 class ModelGraph {
  public:
   // `model` (inference, ctx.training false) must outlive this. `local_tokens`: rows of this rank's input.
-  ModelGraph(RankModel& model, int64_t local_tokens);
+  ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions options = {});
   ModelGraph(const ModelGraph&) = delete;  // the executor's binding points into this object
   ModelGraph& operator=(const ModelGraph&) = delete;
 
@@ -33,6 +38,7 @@ class ModelGraph {
   std::string explain() const;  // the plan (graph/planner.h explain)
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return exec_->plan(); }
+  const Executor& executor() const { return *exec_; }
 
  private:
   void build();

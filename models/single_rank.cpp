@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "comm/local_communicator.h"
+#include "models/rank_group.h"
 
 namespace te {
 
@@ -11,13 +12,9 @@ SingleRankModel::SingleRankModel(ModelSpec spec_in, Device device, bool train)
   LocalGroupOptions go;
   go.device = device;
   comms = make_local_group(1, go);
-  ctx.comm = comms[0].get();
-  ctx.device = device;
-  ctx.stream = Stream::create(device);
-  ctx.dtype = spec.model.dtype;
-  ctx.recipe = recipe_configs(spec.precision, spec.run.seed);
+  init_rank_context(ctx, spec, *comms[0], device);
   ctx.training = train;
-  ctx.gemm = std::make_unique<GemmContext>(device);
+  init_rank_resources(ctx);
   model = std::make_unique<RankModel>(spec, params, ctx);
 }
 

@@ -73,5 +73,20 @@ TEST_F(RunCli, BadInputExitsTwo) {
   EXPECT_FALSE(std::filesystem::exists(no_out)) << "no partial output file";
 }
 
+// The sequence-parallel simulation bench on the CPU: validated, and the quantized gather moves the bytes of FP8 data
+// plus one f32 scale per 128 elements: 1.03125 B/element, 0.515625 of a bf16 gather.
+TEST_F(RunCli, BenchSpReportsComputeCommAndGatherBytes) {
+  Result r = run("bench sp --device cpu --world 4 --tokens 256 --hidden 256 --ffn 512 --repeats 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["validated"].get<bool>());
+  EXPECT_EQ(j["gathers_per_step"].get<int>(), 1);
+  EXPECT_EQ(j["gather_bytes_per_step"].get<int64_t>(), 256 * 256 + 256 * 2 * 4);
+  EXPECT_DOUBLE_EQ(j["gather_bytes_vs_bf16"].get<double>(), 0.515625);
+  EXPECT_GT(j["compute_ms"].get<double>(), 0);
+  EXPECT_GT(j["comm_ms"].get<double>(), 0);
+  EXPECT_EQ(run("bench sp --device cpu --world 4 --tokens 255").code, 2);  // not divisible: named, exit 2
+}
+
 }  // namespace
 }  // namespace te

@@ -4,10 +4,10 @@
 // without it); its plan shows the gathers with their reasons on the comm stream; misuse is refused by name.
 #include <gtest/gtest.h>
 
-#include "comm/local_communicator.h"
 #include "engine/error.h"
 #include "models/model_graph.h"
-#include "models/parameters.h"
+#include "comm/local_communicator.h"
+#include "models/rank_group.h"
 #include "tests/common/gpu.h"
 
 namespace te {
@@ -31,37 +31,11 @@ std::string graph_model(const std::string& recipe, const Layout& l, const std::s
          "run: {mode: " + mode + ", tokens: " + std::to_string(l.tokens) + ", seed: 11}\n";
 }
 
-struct Ranks {
-  ModelSpec spec;
-  GlobalParams global;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<std::unique_ptr<RankContext>> ctxs;
-  std::vector<std::unique_ptr<RankModel>> models;
+struct Ranks : RankGroup {
   std::vector<std::unique_ptr<ModelGraph>> graphs;
 
-  Ranks(const std::string& yaml, Device device) : spec(parse_spec(yaml, "<graph test>")), global(init_params(spec)) {
-    const int w = spec.parallel.tp;
-    LocalGroupOptions o;
-    o.device = device;
-    comms = make_local_group(w, o);
-    models.resize(w);
-    graphs.resize(w);
-    for (int r = 0; r < w; ++r) {
-      auto c = std::make_unique<RankContext>();
-      c->comm = comms[r].get();
-      c->sequence_parallel = spec.parallel.sequence_parallel && w > 1;
-      c->device = device;
-      c->dtype = spec.model.dtype;
-      c->recipe = recipe_configs(spec.precision, spec.run.seed);
-      c->training = spec.run.mode == RunMode::train;
-      ctxs.push_back(std::move(c));
-    }
-    run_ranks(comms, [&](Communicator& c) {
-      RankContext& ctx = *ctxs[c.rank()];
-      ctx.stream = Stream::create(device);
-      ctx.gemm = std::make_unique<GemmContext>(device);
-      models[c.rank()] = std::make_unique<RankModel>(spec, global, ctx);
-    });
+  Ranks(const std::string& yaml, Device device) : RankGroup(parse_spec(yaml, "<graph test>"), device) {
+    graphs.resize(static_cast<size_t>(world()));
   }
 
   // One forward of the global input x [T, H] (host bf16) on every rank; the concatenated (SP) or rank-0 output.
