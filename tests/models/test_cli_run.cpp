@@ -73,6 +73,21 @@ TEST_F(RunCli, BadInputExitsTwo) {
   EXPECT_FALSE(std::filesystem::exists(no_out)) << "no partial output file";
 }
 
+// --explain prints the plan the graph executor runs (the README shows it for the default model): the gathers on the
+// comm stream with their path and reason, and the arena against the naive sum; `eager` says it has no plan.
+TEST_F(RunCli, ExplainPrintsTheForwardPlan) {
+  Result r = run("run " + model() + fast() + "--explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"rank 0 forward plan (32 local tokens)", "comm    node 1 'layers.0.qkv.gather' (sp_gather)",
+                           "gather rowwise: quantized", "held by the op binding", "memory: arena"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  Result e = run("run " + model() + fast() + "--set run.executor=eager --explain");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("inference runs eagerly"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("forward plan"), std::string::npos) << e.out;
+  EXPECT_EQ(run("run " + model() + fast() + "--set run.executor=fast").code, 2);
+}
+
 // The sequence-parallel simulation bench on the CPU: validated, and the quantized gather moves the bytes of FP8 data
 // plus one f32 scale per 128 elements: 1.03125 B/element, 0.515625 of a bf16 gather.
 TEST_F(RunCli, BenchSpReportsComputeCommAndGatherBytes) {
