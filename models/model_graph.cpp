@@ -67,92 +67,114 @@ ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions
   for (const auto& [v, t] : params_) exec_->bind(v, t);
 }
 
-void ModelGraph::build() {
-  RankContext& ctx = model_.ctx();
-  GraphBuilder b(graph_);
-  const int64_t world = ctx.world();
-  auto type = [&](Shape shape, Sharding sh) {
+namespace {
+
+// Appends a rank's forward to the graph one stage at a time, registering each ParallelLinear with the binding.
+struct ForwardBuilder {
+  GraphBuilder b;
+  RankContext& ctx;
+  ModelBinding& binding;
+  std::vector<std::pair<int, Tensor>>& params;  // (value, tensor) for the caller to bind
+
+  int64_t world() const { return ctx.world(); }
+
+  ValueType type(Shape shape, Sharding sh) const {
     ValueType t;
     t.shape = std::move(shape);
     t.dtype = ctx.dtype;
     t.device = ctx.device;
     t.sharding = sh;
     return t;
-  };
-  auto param = [&](const RankParam* p) {
-    const int dim = p->spec->shard_dim;
-    const Sharding sh = world > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
-    const int id = b.param(p->spec->name, type(p->value.shape(), sh), false);
-    params_.emplace_back(id, p->value);
-    return id;
-  };
-  const int64_t hidden = model_.spec().model.hidden;
-  input_ = b.input("x", type({local_tokens_, hidden}, ctx.gathers() ? Sharding::split(0) : Sharding::replicated()));
+  }
 
+  int param(const RankParam* p) {
+    const int dim = p->spec->shard_dim;
+    const Sharding sh = world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
+    const int id = b.param(p->spec->name, type(p->value.shape(), sh), false);
+    params.emplace_back(id, p->value);
+    return id;
+  }
+
+  // {linear, world}, plus the quantized format of the layer's input when `quantized` and the recipe has one.
+  Attrs attrs(int64_t linear, const ParallelLinear& l, bool quantized) const {
+    Attrs a{{"linear", linear}, {"world", world()}};
+    if (quantized && l.quantizes_input())
+      a.set("format", std::string(quant_format_name(l.input_quantizer()->config().format)));
+    return a;
+  }
+
+  // The activation before `next` (FC2): fused with its input quantization where the eager forward fuses it, in
+  // which case the linear is appended too. Returns the value after the stage(s) and whether `next` was consumed.
+  std::pair<int, bool> activation(ActKind act, int h, ParallelLinear* next) {
+    const std::string act_name(act_kind_name(act));
+    if (!(next && next->mode() == ParallelMode::row && next->quantizes_input()))
+      return {b.add1(model_op(ModelOp::act), {h}, {{"act", act_name}}, next ? layer_name(*next) + ".act" : "act"),
+              false};
+    const int64_t idx = static_cast<int64_t>(binding.linears.size());
+    const int q = b.add1(model_op(ModelOp::act_quantize), {h}, attrs(idx, *next, true).set("act", act_name),
+                         layer_name(*next) + ".act_quantize");
+    return {linear(*next, q), true};
+  }
+
+  // norm → gather or quantize (as the eager forward decides) → GEMM (→ reduction for row-parallel).
+  int linear(ParallelLinear& l, int h) {
+    const std::string name = layer_name(l);
+    const ParallelLinear::Params& p = l.params();
+    const int64_t idx = static_cast<int64_t>(binding.linears.size());
+    binding.linears.push_back(&l);
+    const Attrs base = attrs(idx, l, false), quantized = attrs(idx, l, true);
+    std::vector<int> norm_in;
+    if (l.has_norm()) {
+      norm_in = {h, param(p.norm_weight)};
+      if (p.norm_bias) norm_in.push_back(param(p.norm_bias));
+    }
+    const bool quantize_here = l.quantizes_input() && !b.graph().value(h).type.is_quantized();
+    const bool column = l.mode() == ParallelMode::column;
+    int in = h;
+    if (column && l.fuses_norm_quantize(ctx)) {
+      in = b.add1(model_op(ModelOp::norm_quantize), norm_in, quantized, name + ".norm_quantize");
+    } else {
+      if (l.has_norm()) in = b.add1(model_op(ModelOp::norm), norm_in, base, name + ".norm");
+      if (column && ctx.gathers()) in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
+      else if (quantize_here) in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
+    }
+    std::vector<int> gemm_in{in, param(p.weight)};
+    if (p.bias) gemm_in.push_back(param(p.bias));
+    if (column) return b.add1(model_op(ModelOp::column_gemm), gemm_in, base, name);
+    const int partial = b.add1(model_op(ModelOp::row_gemm), gemm_in, base, name);
+    if (world() == 1) return partial;
+    return b.add1(model_op(ModelOp::reduce), {partial}, Attrs(base).set("sp", ctx.sequence_parallel),
+                  name + (ctx.sequence_parallel ? ".reduce_scatter" : ".all_reduce"));
+  }
+};
+
+}  // namespace
+
+void ModelGraph::build() {
+  RankContext& ctx = model_.ctx();
+  ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_};
+  const Sharding sh = ctx.gathers() ? Sharding::split(0) : Sharding::replicated();
+  input_ = fb.b.input("x", fb.type({local_tokens_, model_.spec().model.hidden}, sh));
   int x = input_;
   for (size_t li = 0; li < model_.layers().size(); ++li) {
     for (size_t bi = 0; bi < model_.layers()[li].size(); ++bi) {
       RankModel::BranchStages& stages = model_.layers()[li][bi];
       int h = x;
       for (size_t i = 0; i < stages.size(); ++i) {
-        ParallelLinear* l = stages[i].linear.get();
-        if (!l) {  // activation; fused with FC2's input quantization where the eager forward fuses it
-          const ActKind act = *stages[i].act;
-          ParallelLinear* next = i + 1 < stages.size() ? stages[i + 1].linear.get() : nullptr;
-          const bool fuse = next && next->mode() == ParallelMode::row && next->quantizes_input();
-          if (!fuse) {
-            h = b.add1(model_op(ModelOp::act), {h}, {{"act", std::string(act_kind_name(act))}},
-                       next ? layer_name(*next) + ".act" : std::string("act"));
-            continue;
-          }
-          l = next;
-          ++i;
-          Attrs a{{"linear", static_cast<int64_t>(binding_.linears.size())}, {"world", world},
-                  {"act", std::string(act_kind_name(act))},
-                  {"format", std::string(quant_format_name(l->input_quantizer()->config().format))}};
-          h = b.add1(model_op(ModelOp::act_quantize), {h}, a, layer_name(*l) + ".act_quantize");
+        if (stages[i].linear) {
+          h = fb.linear(*stages[i].linear, h);
+          continue;
         }
-        const std::string name = layer_name(*l);
-        const ParallelLinear::Params& p = l->params();
-        Attrs base{{"linear", static_cast<int64_t>(binding_.linears.size())}, {"world", world}};
-        binding_.linears.push_back(l);
-        Attrs quantized = base;
-        if (l->quantizes_input())
-          quantized.set("format", std::string(quant_format_name(l->input_quantizer()->config().format)));
-        std::vector<int> norm_in;
-        if (l->has_norm()) {
-          norm_in = {h, param(p.norm_weight)};
-          if (p.norm_bias) norm_in.push_back(param(p.norm_bias));
-        }
-        const bool quantize_here = l->quantizes_input() && !graph_.value(h).type.is_quantized();
-        int in = h;
-        if (l->mode() == ParallelMode::column) {
-          if (l->fuses_norm_quantize(ctx)) {
-            in = b.add1(model_op(ModelOp::norm_quantize), norm_in, quantized, name + ".norm_quantize");
-          } else {
-            if (l->has_norm()) in = b.add1(model_op(ModelOp::norm), norm_in, base, name + ".norm");
-            if (ctx.gathers()) in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
-            else if (quantize_here) in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
-          }
-        } else if (quantize_here) {
-          in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
-        }
-        std::vector<int> gemm_in{in, param(p.weight)};
-        if (p.bias) gemm_in.push_back(param(p.bias));
-        if (l->mode() == ParallelMode::column) {
-          h = b.add1(model_op(ModelOp::column_gemm), gemm_in, base, name);
-        } else {
-          h = b.add1(model_op(ModelOp::row_gemm), gemm_in, base, name);
-          if (world > 1)
-            h = b.add1(model_op(ModelOp::reduce), {h}, Attrs(base).set("sp", ctx.sequence_parallel),
-                       name + (ctx.sequence_parallel ? ".reduce_scatter" : ".all_reduce"));
-        }
+        ParallelLinear* next = i + 1 < stages.size() ? stages[i + 1].linear.get() : nullptr;
+        const auto [out, consumed_next] = fb.activation(*stages[i].act, h, next);
+        h = out;
+        i += consumed_next ? 1 : 0;
       }
-      x = b.add1(model_op(ModelOp::residual_add), {x, h}, {}, TE_STR_("layers." << li << ".residual" << bi));
+      x = fb.b.add1(model_op(ModelOp::residual_add), {x, h}, {}, TE_STR_("layers." << li << ".residual" << bi));
     }
   }
   output_ = x;
-  b.mark_output(output_);
+  fb.b.mark_output(output_);
 }
 
 Tensor ModelGraph::forward(const Tensor& x) {

@@ -1,5 +1,7 @@
 #include "models/parallel_linear.h"
 
+#include <utility>
+
 #include "comm/gather.h"
 #include "engine/error.h"
 #include "ops/act/act.h"
@@ -90,26 +92,24 @@ QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, Ra
   return act_forward_quantized(act, pre, ctx.dtype, *q_input_, s, group_amax_reducer(ctx));
 }
 
-Tensor ParallelLinear::column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s) {
+Tensor ParallelLinear::fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s) {
   GemmOptions opts;
   opts.out_dtype = ctx.dtype;
-  if (p_.bias) opts.bias = p_.bias->value;
+  if (p_.bias && with_bias) opts.bias = p_.bias->value;
   const GemmOperand w = weight_operand(ctx, s);
-  if (!out.defined()) return gemm(in, w, GemmRole::fprop, opts, *ctx.gemm, s);  // [T, N/W]
+  if (!out.defined()) return gemm(in, w, GemmRole::fprop, opts, *ctx.gemm, s);
   gemm(in, w, GemmRole::fprop, out, opts, *ctx.gemm, s);
   return out;
+}
+
+Tensor ParallelLinear::column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s) {
+  return fprop(in, std::move(out), true, ctx, s);  // [T, N/W]
 }
 
 // Row-parallel: x [T, N/W] → partial [T, H]. The bias joins rank 0's partial only, so the reduction adds it exactly
 // once (inside the GEMM epilogue, before the output rounding).
 Tensor ParallelLinear::row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s) {
-  GemmOptions opts;
-  opts.out_dtype = ctx.dtype;
-  if (p_.bias && ctx.rank() == 0) opts.bias = p_.bias->value;
-  const GemmOperand w = weight_operand(ctx, s);
-  if (!out.defined()) return gemm(in, w, GemmRole::fprop, opts, *ctx.gemm, s);
-  gemm(in, w, GemmRole::fprop, out, opts, *ctx.gemm, s);
-  return out;
+  return fprop(in, std::move(out), ctx.rank() == 0, ctx, s);
 }
 
 // partial [T, H] → [T/W, H] summed over the group under SP, [T, H] all-reduced without it (in place).

@@ -47,6 +47,7 @@ class ParallelLinear {
   bool has_norm() const { return p_.norm_weight != nullptr; }
   bool quantizes_input() const { return q_input_.has_value(); }
   Quantizer* input_quantizer() { return q_input_ ? &*q_input_ : nullptr; }
+  const Quantizer* input_quantizer() const { return q_input_ ? &*q_input_ : nullptr; }
   // Inference with a norm under a quantized recipe and nothing to gather: the norm writes the quantized GEMM input.
   bool fuses_norm_quantize(const RankContext& ctx) const;
   QuantizedTensor norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s);
@@ -60,6 +61,7 @@ class ParallelLinear {
 
  private:
   GemmOperand weight_operand(RankContext& ctx, const Stream& s);  // the cached quantized weight, or the HP weight
+  Tensor fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s);
   GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx,
                              const Stream& s);
 
