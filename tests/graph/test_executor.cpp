@@ -259,6 +259,35 @@ TEST(Executor, KernelErrorOnAWorkerThreadReachesTheCaller) {
   EXPECT_THROW(ex.run(), Error);  // the executor stays usable and reports again
 }
 
+// ExecOptions::profile: one time per plan step, the comm copy's fixed 20 ms sleep visible in its step; asking without
+// profiling is an error that names the option.
+TEST(Executor, ProfileTimesEveryStep) {
+  CopyThenScale c = copy_then_scale();
+  for (ExecMode mode : {ExecMode::inline_cpu, ExecMode::host_threads}) {
+    ExecOptions opt;
+    opt.mode = mode;
+    opt.profile = true;
+    Executor ex(c.g, plan_graph(c.g), Device::cpu(), opt);
+    ex.bind(c.x, make({64}, DType::f32, 1));
+    ex.run();
+    ex.synchronize();
+    const std::vector<double> ms = ex.step_ms();
+    ASSERT_EQ(ms.size(), ex.plan().steps.size());
+    for (size_t s = 0; s < ms.size(); ++s) {
+      const bool copy = c.g.node(ex.plan().steps[s].node).name == "gather";
+      EXPECT_GE(ms[s], copy ? 20.0 : 0.0) << c.g.node(ex.plan().steps[s].node).name;
+      if (!copy) EXPECT_LT(ms[s], 20.0);
+    }
+  }
+  Executor plain(c.g, plan_graph(c.g), Device::cpu());
+  try {
+    (void)plain.step_ms();
+    FAIL() << "step_ms() without profiling";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ExecOptions::profile"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Executor, ModeMustMatchDevice) {
   CopyThenScale c = copy_then_scale();
   ExecOptions opt;

@@ -58,6 +58,27 @@ TEST(Planner, LayerNormMlpPeakMeetsHandBound) {
   EXPECT_EQ(p.buffers[static_cast<size_t>(c.w1)].offset, -1);
 }
 
+// Values the op binding keeps (in models/: what the collectives allocate) take no arena bytes and say so in explain().
+TEST(Planner, ValuesHeldByTheBindingGetNoArenaSlot) {
+  MlpChain c = mlp_chain();
+  PlanOptions opt;
+  opt.held_by_binding = [](const Graph& g, const Value& v) {
+    return v.producer >= 0 && g.node(v.producer).op->stream == StreamClass::comm;
+  };
+  Plan p = plan_graph(c.g, opt);
+  for (int v : {c.gathered, c.rs}) {
+    const PlannedBuffer& b = p.buffers[static_cast<size_t>(v)];
+    EXPECT_TRUE(b.held_by_binding) << c.g.value_label(v);
+    EXPECT_EQ(b.offset, -1);
+    EXPECT_EQ(b.bytes, 0);
+  }
+  EXPECT_FALSE(p.buffers[static_cast<size_t>(c.fc1)].held_by_binding);
+  EXPECT_EQ(p.naive_bytes, 512 + 2048 + 2048 + 1024 + 512);  // the chain's sizes without gathered and rs
+  EXPECT_LE(p.arena_bytes, 4096);
+  const std::string text = explain(c.g, p);
+  EXPECT_NE(text.find("'sp_gather' [16, 16] f32 cpu replicated  held by the op binding"), std::string::npos) << text;
+}
+
 TEST(Planner, NoReuseGivesNaiveLayout) {
   MlpChain c = mlp_chain();
   PlanOptions opt;
