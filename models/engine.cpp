@@ -99,11 +99,8 @@ void Engine::Impl::build() {
 }
 
 te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, te::DType dtype) const {
-  te::Tensor rows = g;
-  if (spec.parallel.sequence_parallel && world() > 1) {
-    const int64_t n = g.size(0) / world();
-    rows = g.narrow(0, r * n, n);
-  }
+  const int64_t n = local_tokens(g.size(0));
+  const te::Tensor rows = n == g.size(0) ? g : g.narrow(0, r * n, n);
   // Cast where the rank computes (one kernel on a GPU), not element by element on the host.
   const te::Stream& st = contexts[r]->stream;
   te::Tensor on_device = rows.contiguous().to(device, st);
@@ -245,7 +242,7 @@ std::string Engine::explain() const {
   o << te::describe_spec(m.spec);
   const int w = m.world();
   const bool sp = m.spec.parallel.sequence_parallel && w > 1;
-  const int64_t local_tokens = sp ? m.spec.run.tokens / w : m.spec.run.tokens;
+  const int64_t local_tokens = m.local_tokens(m.spec.run.tokens);
   te::RecipeConfigs rc = te::recipe_configs(m.spec.precision, m.spec.run.seed);
   o << "device " << m.device.str() << ", " << w << " rank(s) on the local communicator\n";
   o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec.model.hidden << "]):\n";
@@ -277,10 +274,9 @@ std::string Engine::explain() const {
     }
   }
   if (m.graph_forward()) {
-    const int64_t t = m.local_tokens(m.spec.run.tokens);
-    o << "rank 0 forward plan (" << t << " local tokens):\n";
-    if (m.graphs[0] && m.graphs[0]->local_tokens() == t) o << m.graphs[0]->explain();
-    else o << te::ModelGraph(*m.ranks[0], t).explain();  // planning touches no device memory but the arena
+    o << "rank 0 forward plan (" << local_tokens << " local tokens):\n";
+    if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) o << m.graphs[0]->explain();
+    else o << te::ModelGraph(*m.ranks[0], local_tokens).explain();  // planning touches no device memory but the arena
   } else {
     o << (m.spec.run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
                                                 : "inference runs eagerly (run.executor: eager)\n");

@@ -54,6 +54,10 @@ bool ParallelLinear::fuses_norm_quantize(const RankContext& ctx) const {
   return mode_ == ParallelMode::column && p_.norm_weight && q_input_ && !ctx.training && !ctx.gathers();
 }
 
+bool ParallelLinear::fuses_activation_quantize(const RankContext& ctx) const {
+  return mode_ == ParallelMode::row && q_input_ && !ctx.training;
+}
+
 QuantizedTensor ParallelLinear::norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s) {
   // Fused where norm_forward_quantized has a kernel; the same bytes as norm then quantize either way. Nothing saved.
   q_input_->set_usages(Usage::rowwise);
@@ -136,7 +140,7 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
 }
 
 Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx) {
-  if (mode_ == ParallelMode::row && q_input_ && !ctx.training)
+  if (fuses_activation_quantize(ctx))
     return reduce_partial(row_gemm(GemmOperand(act_quantized(act, pre, ctx, ctx.stream)), Tensor(), ctx, ctx.stream),
                           ctx, ctx.stream);
   return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);

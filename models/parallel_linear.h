@@ -50,6 +50,8 @@ class ParallelLinear {
   const Quantizer* input_quantizer() const { return q_input_ ? &*q_input_ : nullptr; }
   // Inference with a norm under a quantized recipe and nothing to gather: the norm writes the quantized GEMM input.
   bool fuses_norm_quantize(const RankContext& ctx) const;
+  // Inference under a quantized recipe, this layer row-parallel: the activation before it writes its quantized input.
+  bool fuses_activation_quantize(const RankContext& ctx) const;
   QuantizedTensor norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s);
   Tensor norm(const Tensor& x, Tensor out, RankContext& ctx, const Stream& s);  // saves statistics when training
   GemmOperand gather_input(const Tensor& h, RankContext& ctx, const Stream& s);  // column, SP: [T/W, H] → [T, H]

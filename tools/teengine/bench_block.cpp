@@ -168,7 +168,7 @@ Command add_bench_block(CLI::App& app) {
   sub->add_option("--hidden", o->hidden, "H")->check(CLI::PositiveNumber);
   sub->add_option("--ffn", o->ffn, "F (layernorm_linear: its output features)")->check(CLI::PositiveNumber);
   sub->add_option("--recipe", o->recipe, "precision recipe")
-      ->check(CLI::IsMember({"none", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "nvfp4"}));
+      ->check(CLI::IsMember(bench::recipe_names()));
   sub->add_option("--activation", o->activation, "MLP activation")->check(CLI::IsMember({"gelu", "swiglu", "relu"}));
   sub->add_option("--device", o->device, "auto | cpu | cuda[:N]");
   sub->add_flag("--backward", o->backward, "time forward + loss + backward (gradients of every parameter)");

@@ -156,7 +156,7 @@ Command add_bench_sp(CLI::App& app) {
   sub->add_option("--ffn", o->ffn, "F")->check(CLI::PositiveNumber);
   sub->add_option("--layers", o->layers, "LayerNormMLP layers")->check(CLI::Range(1, 64));
   sub->add_option("--recipe", o->recipe, "precision recipe")
-      ->check(CLI::IsMember({"none", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "nvfp4"}));
+      ->check(CLI::IsMember(bench::recipe_names()));
   sub->add_option("--device", o->device, "auto | cpu | cuda[:N]");
   sub->add_option("--repeats", o->repeats, "timed steps")->check(CLI::Range(1, 1000));
   sub->add_flag("--json", o->json, "print the report as JSON");

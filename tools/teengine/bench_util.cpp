@@ -5,8 +5,15 @@
 #include <cstdio>
 
 #include "engine/tensor.h"
+#include "models/spec_tables.h"
 
 namespace te::bench {
+
+std::vector<std::string> recipe_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, recipe] : spec_tables::kRecipes) names.push_back(name);
+  return names;
+}
 
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i) fn();

@@ -25,6 +25,9 @@ Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int pe
 // Device-to-device copy bandwidth (bytes read + written per second) measured now on `stream`'s device.
 double copy_bandwidth_gbs(const Stream& stream, int64_t bytes = int64_t(1) << 30);
 
+// The precision recipes a model-level bench accepts: the spec's recipe names (precision.recipe), for CLI11 checks.
+std::vector<std::string> recipe_names();
+
 // Prints `report` as JSON (--json) or as "key: value" lines.
 void print_report(const nlohmann::json& report, bool as_json);
 // The throughput fields of a forward/backward pair timed with time_per_op: ms, GB/s and the fraction of the copy
