@@ -17,6 +17,8 @@
 //     accumulation for fprop, split accumulation for dgrad/wgrad (override with GemmOptions::fast_accum).
 //   fp8 block 1D/2D × fp8 block 1D/2D: 1x128 (VEC128) and 128x128 (BLK128x128) fp32 scales, split accumulation;
 //     2D × 2D is rejected (Hopper has no such kernel).
+//   fp8 with at most 64 output rows (few tokens): a weight-streaming tensor-core kernel (gemm_streaming.h) that
+//     reads the weight once at HBM speed; same scales, split accumulation per 128-block; see GemmKernel.
 //   MXFP8 / NVFP4 (and any mix of formats): exact dequantization of the needed copies to bf16, then a bf16 GEMM;
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
 // CPU (any format): every operand is dequantized to f32 from the copy the role needs, then sgemm; so the CPU
@@ -38,6 +40,11 @@
 namespace te {
 
 enum class GemmRole : uint8_t { fprop, dgrad, wgrad };
+
+// Which CUDA kernel runs an fp8 GEMM. automatic: the weight-streaming kernel when the output has at most 64 rows
+// (few tokens: the GEMM is bound by reading the weight), cuBLASLt otherwise. Forcing `streaming` on a problem the
+// kernel cannot run throws with the reason. CPU GEMMs ignore the choice.
+enum class GemmKernel : uint8_t { automatic, cublaslt, streaming };
 std::string_view gemm_role_name(GemmRole r);  // "fprop" | "dgrad" | "wgrad"
 
 // A GEMM operand: a high-precision tensor or a quantized tensor (cheap to copy: both hold shared storage).
@@ -66,6 +73,7 @@ struct GemmOptions {
   float alpha = 1.0f;
   bool allow_tf32 = false;          // f32 GEMMs only
   std::optional<bool> fast_accum;   // fp8 per-tensor: default true for fprop, false for dgrad/wgrad
+  GemmKernel kernel = GemmKernel::automatic;
 };
 
 // Per-device GEMM state: the cuBLASLt handle, a persistent workspace and the plan cache (descriptors + algorithm
@@ -79,6 +87,7 @@ class GemmContext {
     int64_t padded_calls = 0;      // fp8 calls that went through zero-padded temporaries
     int64_t bias_kernel_calls = 0; // bias added by a separate kernel (epilogue not available)
     int64_t emulated_calls = 0;    // MXFP8 / NVFP4 / mixed formats dequantized to bf16
+    int64_t streaming_calls = 0;   // fp8 GEMMs with few rows run by the weight-streaming kernel
   };
   struct Impl;
 

@@ -14,6 +14,7 @@
 #include "engine/log.h"
 #include "ops/gemm/gemm_internal.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "ops/gemm/gemm_streaming.h"
 
 namespace te {
 
@@ -86,7 +87,9 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
 struct GemmContext::Impl {
   Device device;
   cublasLtHandle_t handle = nullptr;
-  Tensor workspace;  // [workspace_bytes] u8, persistent
+  Tensor workspace;  // [workspace_bytes] u8, persistent (also the streaming kernel's split-K partials)
+  Tensor streaming_counters;  // [4096] i32, zero between launches (gemm_streaming.h)
+  int sm_count = 0;
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;
   ~Impl() {
     plans.clear();
@@ -105,6 +108,9 @@ GemmContext::Impl& GemmContext::impl() {
     set_current_device(device_);
     TE_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
     impl->workspace = Tensor::empty({workspace_bytes_}, DType::u8, device_);
+    impl->streaming_counters = Tensor::zeros({4096}, DType::i32, device_);
+    Stream().synchronize();  // the counters are zero before any stream of this context uses them
+    TE_CUDA_CHECK(cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device_.index));
     impl_ = std::move(impl);
   }
   return *impl_;
@@ -389,6 +395,60 @@ int32_t scale_mode(QuantFormat f) {
   TE_THROW("GEMM: " << quant_format_name(f) << " has no cuBLASLt scale mode on Hopper", "");
 }
 
+cuda::StreamingScale streaming_scale(QuantFormat f) {
+  return f == QuantFormat::fp8_block_1d   ? cuda::StreamingScale::vec128
+         : f == QuantFormat::fp8_block_2d ? cuda::StreamingScale::blk128
+                                          : cuda::StreamingScale::per_tensor;
+}
+
+// Few output rows: the weight-streaming kernel (gemm_streaming.h). False when cuBLASLt should run instead.
+bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
+                   const GemmOptions& opts, const Stream& stream) {
+  if (opts.kernel == GemmKernel::cublaslt) return false;
+  const int64_t P = lhs.data.size(0), Q = rhs.data.size(0), D = lhs.data.size(1);
+  const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
+  cuda::StreamingGemm g;
+  g.lhs = lhs.data.data_ptr(), g.rhs = rhs.data.data_ptr();
+  g.lhs_dtype = lhs.data.dtype(), g.rhs_dtype = rhs.data.dtype();
+  g.lhs_scale = lhs.scale.data<float>(), g.rhs_scale = rhs.scale.data<float>();
+  g.lhs_kind = streaming_scale(lhs.format), g.rhs_kind = streaming_scale(rhs.format);
+  // NUMERICS.md §3: 1D scales [blocks, rows rounded up to 4]; 2D [row tiles, blocks rounded up to 4].
+  const auto scale_ld = [&](QuantFormat f, int64_t rows) {
+    return f == QuantFormat::fp8_block_1d ? round_up(rows, 4) : round_up(ceil_div(D, 128), 4);
+  };
+  g.lhs_scale_ld = scale_ld(lhs.format, P), g.rhs_scale_ld = scale_ld(rhs.format, Q);
+  g.P = P, g.Q = Q, g.D = D;
+  g.out_dtype = out.dtype();
+  const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
+                    : !out.is_contiguous()                ? "the output is not contiguous"
+                    : opts.kernel == GemmKernel::automatic && P > cuda::StreamingGemm::kMaxRows ? "many rows"
+                                                          : cuda::streaming_gemm_unsupported(g);
+  if (*why) {
+    TE_CHECK_HINT(opts.kernel != GemmKernel::streaming,
+                  "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
+                          << "]: the weight-streaming kernel cannot run it: " << why,
+                  "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
+    return false;
+  }
+  GemmContext::Impl& impl = ctx.impl();
+  Tensor bias;
+  if (opts.bias.defined()) {
+    bias = opts.bias.contiguous(stream);
+    g.bias = bias.data_ptr(), g.bias_dtype = bias.dtype();
+  }
+  g.out = out.data_ptr();
+  g.alpha = opts.alpha;
+  g.accumulate = opts.accumulate;
+  g.partials = static_cast<float*>(impl.workspace.data_ptr());
+  g.partials_floats = ctx.workspace_bytes() / 4;
+  g.counters = impl.streaming_counters.data<int>();
+  g.counters_len = impl.streaming_counters.numel();
+  g.sm_count = impl.sm_count;
+  cuda::streaming_gemm(g, stream);
+  ctx.mutable_stats().streaming_calls++;
+  return true;
+}
+
 void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out,
              const GemmOptions& opts, const Stream& stream) {
   const RoleUsages u = role_usages(role);
@@ -402,6 +462,7 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
                 "GEMM " << gemm_role_name(role) << ": E5M2 × E5M2 fp8 GEMM is not supported (" << a.str() << ", "
                         << b.str() << ")",
                 "quantize one operand (the weight or activation) as E4M3");
+  if (run_streaming(ctx, lhs, rhs, role, out, opts, stream)) return;
   // Hopper fp8 rules: K a multiple of 16 bytes, m and n multiples of 8.
   const int64_t Pp = round_up(P, 8), Qp = round_up(Q, 8), Dp = round_up(std::max<int64_t>(D, 16), 16);
   const bool padded_l = pad_operand(lhs, Pp, Dp, stream);

@@ -2,6 +2,10 @@
 // statistics, one rounding per output. Backward: one block per row for dx; dgamma/dbeta by the deterministic
 // column reduction in ops/elementwise/column_sum.cuh.
 #include "ops/elementwise/column_sum.cuh"
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
 #include "ops/norm/norm_kernels.cuh"
 
 namespace te::cuda {
@@ -10,41 +14,80 @@ using namespace norm_detail;
 
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
 
+// Stores VEC outputs; bf16 pairs by the hardware cvt.rn (the library's rounding for every finite value; a NaN
+// keeps the library's quiet-with-payload bits).
+template <class TO, int VEC>
+__device__ __forceinline__ void store_out(TO* p, int c, const float (&y)[VEC]) {
+  if constexpr (std::is_same_v<TO, BF16> && VEC % 2 == 0) {
+    Vec<uint32_t, VEC / 2> w;
+#pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      __nv_bfloat162 h = __floats2bfloat162_rn(y[k], y[k + 1]);
+      uint32_t bits = *reinterpret_cast<uint32_t*>(&h);
+      if (y[k] != y[k] || y[k + 1] != y[k + 1])
+        bits = uint32_t(bf16_from_f32(y[k])) | (uint32_t(bf16_from_f32(y[k + 1])) << 16);
+      w.v[k / 2] = bits;
+    }
+    *reinterpret_cast<Vec<uint32_t, VEC / 2>*>(p + int64_t(c) * VEC) = w;
+  } else {
+    store_vec<TO, VEC>(p, int64_t(c) * VEC, y);
+  }
+}
+
+// Persistent: each block loops over rows (stride gridDim.x) and loads the next row into registers while it reduces
+// and writes the current one, so HBM always has loads in flight.
 template <class TX, class TP, class TO, int VEC>
-__global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
-                                                        const TP* __restrict__ beta, TO* __restrict__ out,
-                                                        float* mean_out, float* rstd_out, int64_t M, int64_t H,
-                                                        float eps, bool rms) {
-  __shared__ float smem[32];
-  const int64_t nch = H / VEC;
-  const int tid = threadIdx.x, bd = blockDim.x;
-  for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
-    const TX* xr = x + row * H;  // [H]
-    TO* yr = out + row * H;      // [H]
-    Vec<TX, VEC> v[kItems];
+__global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
+                                                               const TP* __restrict__ beta, TO* __restrict__ out,
+                                                               float* mean_out, float* rstd_out, int64_t M, int64_t H,
+                                                               float eps, bool rms) {
+  __shared__ float smem[96];
+  const int nch = static_cast<int>(H / VEC);
+  Vec<TX, VEC> cur[kItems], next[kItems];
+  int64_t row = blockIdx.x;
+  if (row < M) load_row<TX, VEC>(x + row * H, nch, cur);
+  for (; row < M; row += gridDim.x) {
+    const int64_t nrow = row + gridDim.x;
+    if (nrow < M) load_row<TX, VEC>(x + nrow * H, nch, next);
+    const TX* xr = x + row * H;
+    TO* yr = out + row * H;
     float mu, rstd;
-    row_stats<TX, VEC>(xr, nch, H, rms, eps, v, smem, mu, rstd);
-    if (tid == 0) {
+    row_stats<TX, VEC>(cur, xr, nch, H, rms, eps, smem, mu, rstd);
+    if (threadIdx.x == 0) {
       if (mean_out) mean_out[row] = mu;
       rstd_out[row] = rstd;
     }
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int64_t c = tid + int64_t(i) * bd;
+      const int c = threadIdx.x + i * blockDim.x;
       if (c < nch) {
-        float t[VEC], y[VEC];
-        unpack<TX, VEC>(v[i], t);
-        normalize_chunk<TP, VEC>(t, gamma, beta, c * VEC, mu, rstd, y);
-        store_vec<TO, VEC>(yr, c * VEC, y);
+        float t[VEC], gg[VEC], bb[VEC], y[VEC];
+        unpack<TX, VEC>(cur[i], t);
+        load_params<TP, VEC>(gamma, beta, c, gg, bb);  // L1 hits after the first row
+        normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
+        store_out<TO, VEC>(yr, c, y);
       }
     }
-    for (int64_t c = tid + int64_t(kItems) * bd; c < nch; c += bd) {
-      float t[VEC], y[VEC];
-      load_vec<TX, VEC>(xr, c * VEC, t);
-      normalize_chunk<TP, VEC>(t, gamma, beta, c * VEC, mu, rstd, y);
-      store_vec<TO, VEC>(yr, c * VEC, y);
+    for (int c = threadIdx.x + kItems * blockDim.x; c < nch; c += blockDim.x) {  // long rows: re-read the rest
+      float t[VEC], gg[VEC], bb[VEC], y[VEC];
+      load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
+      load_params<TP, VEC>(gamma, beta, c, gg, bb);
+      normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
+      store_out<TO, VEC>(yr, c, y);
     }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) cur[j] = next[j];
   }
+}
+
+// Blocks for the persistent forward: as many as fit on the device at once (never more than rows).
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, int threads, int64_t rows) {
+  int device = 0, sms = 0, per_sm = 0;
+  TE_CUDA_CHECK(cudaGetDevice(&device));
+  TE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  TE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(sms) * std::max(per_sm, 1)));
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (RMSNorm: no mean(g) term).
@@ -123,17 +166,16 @@ void norm_forward(const NormFwdArgs& a, const Stream& stream) {
         const bool vec = a.cols % V == 0 && aligned16(a.x) && (reinterpret_cast<uintptr_t>(a.gamma) % (sizeof(TP) * V)) == 0 &&
                          (!a.beta || (reinterpret_cast<uintptr_t>(a.beta) % (sizeof(TP) * V)) == 0) &&
                          (reinterpret_cast<uintptr_t>(a.out) % (sizeof(TO) * V)) == 0;
-        const int64_t grid = std::min(a.rows, kMaxGrid);
         const bool rms = a.kind == NormKind::rmsnorm;
-        if (vec) {
-          norm_fwd_kernel<TX, TP, TO, V><<<static_cast<unsigned>(grid), threads_for(a.cols / V), 0, raw_stream(stream)>>>(
+        const auto launch = [&](auto kernel, int vw) {
+          const int threads = threads_for(a.cols / vw);
+          const int64_t grid = resident_blocks(kernel, threads, a.rows);
+          kernel<<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
               static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
               static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps, rms);
-        } else {
-          norm_fwd_kernel<TX, TP, TO, 1><<<static_cast<unsigned>(grid), threads_for(a.cols), 0, raw_stream(stream)>>>(
-              static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
-              static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps, rms);
-        }
+        };
+        if (vec) launch(norm_fwd_kernel<TX, TP, TO, V>, V);
+        else launch(norm_fwd_kernel<TX, TP, TO, 1>, 1);
         TE_CUDA_CHECK_LAUNCH();
       });
     });

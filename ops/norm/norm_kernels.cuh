@@ -26,74 +26,124 @@ inline int threads_for(int64_t chunks) {
   return static_cast<int>(std::clamp<int64_t>((t + 31) / 32 * 32, 32, kMaxThreads));
 }
 
-// Statistics of one row, the row cached in v for chunk c = threadIdx.x + i * blockDim.x (i < kItems).
-// Two passes in registers: mean, then sum of squared deviations (no cancellation as in E[x²] - E[x]²).
-template <class TX, int VEC>
-__device__ __forceinline__ void row_stats(const TX* xr, int64_t nch, int64_t H, bool rms, float eps,
-                                          Vec<TX, VEC> (&v)[kItems], float* smem, float& mu, float& rstd) {
-  const int tid = threadIdx.x, bd = blockDim.x;
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    const int64_t c = tid + int64_t(i) * bd;
-    if (c < nch) {
-      v[i] = *reinterpret_cast<const Vec<TX, VEC>*>(xr + c * VEC);  // kept raw: half the registers for 16-bit x
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) s += to_f(v[i].v[k]);
-    }
-  }
-  for (int64_t c = tid + int64_t(kItems) * bd; c < nch; c += bd) {
-    float t[VEC];
-    load_vec<TX, VEC>(xr, c * VEC, t);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) s += t[k];
-  }
-  mu = rms ? 0.f : block_sum(s, smem) / static_cast<float>(H);
-  float q = 0.f;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    const int64_t c = tid + int64_t(i) * bd;
-    if (c < nch) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float d = to_f(v[i].v[k]) - mu;
-        q += d * d;
-      }
-    }
-  }
-  for (int64_t c = tid + int64_t(kItems) * bd; c < nch; c += bd) {
-    float t[VEC];
-    load_vec<TX, VEC>(xr, c * VEC, t);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const float d = t[k] - mu;
-      q += d * d;
-    }
-  }
-  const float var = block_sum(q, smem) / static_cast<float>(H);
-  rstd = 1.0f / sqrtf(var + eps);
-}
-
 template <class TX, int VEC>
 __device__ __forceinline__ void unpack(const Vec<TX, VEC>& r, float (&out)[VEC]) {
 #pragma unroll
   for (int k = 0; k < VEC; ++k) out[k] = to_f(r.v[k]);
 }
 
-// y = (x - mu) * rstd * gamma (+ beta) for one chunk, in the CPU reference's order.
-template <class TP, int VEC>
-__device__ __forceinline__ void normalize_chunk(const float (&xv)[VEC], const TP* gamma, const TP* beta, int64_t e,
-                                                float mu, float rstd, float (&y)[VEC]) {
-  float g[VEC];
-  load_vec<TP, VEC>(gamma, e, g);
+// Loads the chunks of row xr this thread keeps in registers: chunk c = threadIdx.x + i * blockDim.x (i < kItems).
+template <class TX, int VEC>
+__device__ __forceinline__ void load_row(const TX* xr, int nch, Vec<TX, VEC> (&v)[kItems]) {
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) y[k] = __fmul_rn(__fmul_rn(__fsub_rn(xv[k], mu), rstd), g[k]);
-  if (beta) {
-    float b[VEC];
-    load_vec<TP, VEC>(beta, e, b);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) y[k] = __fadd_rn(y[k], b[k]);
+  for (int i = 0; i < kItems; ++i) {
+    const int c = threadIdx.x + i * blockDim.x;
+    if (c < nch) v[i] = *reinterpret_cast<const Vec<TX, VEC>*>(xr + c * VEC);  // raw: half the registers for 16-bit x
   }
+}
+
+// (count, mean, sum of squared deviations) of a set of values; merged with Chan et al.'s pairwise formula.
+struct Moments {
+  float n, mean, m2;
+};
+__device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
+  const float n = a.n + b.n;
+  if (n == 0.f) return a;
+  const float d = b.mean - a.mean, wb = b.n / n;
+  return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * a.n * wb};
+}
+
+// Merges every thread's moments; all threads get the same result (warp tree to lane 0, then each thread folds the
+// per-warp results in warp order). One barrier pair per row instead of two block sums.
+__device__ __forceinline__ Moments block_moments(Moments m, float* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const Moments other{__shfl_down_sync(0xffffffffu, m.n, o), __shfl_down_sync(0xffffffffu, m.mean, o),
+                        __shfl_down_sync(0xffffffffu, m.m2, o)};
+    m = merge(m, other);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  __syncthreads();  // smem may still be read for the previous row
+  if (lane == 0) smem[3 * warp] = m.n, smem[3 * warp + 1] = m.mean, smem[3 * warp + 2] = m.m2;
+  __syncthreads();
+  Moments r{smem[0], smem[1], smem[2]};
+  for (int w = 1; w < nwarps; ++w) r = merge(r, Moments{smem[3 * w], smem[3 * w + 1], smem[3 * w + 2]});
+  return r;
+}
+
+// Statistics of one row from this thread's cached chunks v (load_row) and the re-read rest: each thread's mean and
+// squared deviations in registers (no cancellation as in E[x²] - E[x]²), then one block merge. RMSNorm: mean 0,
+// rstd from the mean of squares. smem holds at least 3 * 32 floats.
+template <class TX, int VEC>
+__device__ __forceinline__ void row_stats(const Vec<TX, VEC> (&v)[kItems], const TX* xr, int nch, int64_t H,
+                                          bool rms, float eps, float* smem, float& mu, float& rstd) {
+  const int tid = threadIdx.x, bd = blockDim.x;
+  float s = 0.f, n = 0.f;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i)
+    if (tid + i * bd < nch) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float t = to_f(v[i].v[k]);
+        s += rms ? t * t : t;
+      }
+      n += VEC;
+    }
+  for (int c = tid + kItems * bd; c < nch; c += bd) {
+    float t[VEC];
+    load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) s += rms ? t[k] * t[k] : t[k];
+    n += VEC;
+  }
+  float var;
+  if (rms) {
+    mu = 0.f;
+    var = block_sum(s, smem) / static_cast<float>(H);
+  } else {
+    const float mean_t = n > 0.f ? s / n : 0.f;
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if (tid + i * bd < nch) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float d = to_f(v[i].v[k]) - mean_t;
+          q += d * d;
+        }
+      }
+    for (int c = tid + kItems * bd; c < nch; c += bd) {
+      float t[VEC];
+      load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float d = t[k] - mean_t;
+        q += d * d;
+      }
+    }
+    const Moments m = block_moments(Moments{n, mean_t, q}, smem);
+    mu = m.mean;
+    var = m.m2 / static_cast<float>(H);
+  }
+  rstd = 1.0f / sqrtf(var + eps);
+}
+
+// y = (x - mu) * rstd * gamma (+ beta) for one chunk (beta: fused multiply-add).
+template <int VEC>
+__device__ __forceinline__ void normalize_chunk(const float (&xv)[VEC], const float (&g)[VEC], bool has_beta,
+                                                const float (&b)[VEC], float mu, float rstd, float (&y)[VEC]) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const float xhat = __fmul_rn(__fsub_rn(xv[k], mu), rstd);
+    y[k] = has_beta ? __fmaf_rn(xhat, g[k], b[k]) : __fmul_rn(xhat, g[k]);
+  }
+}
+
+// gamma and beta of chunk c as floats (b untouched when there is no beta).
+template <class TP, int VEC>
+__device__ __forceinline__ void load_params(const TP* gamma, const TP* beta, int c, float (&g)[VEC], float (&b)[VEC]) {
+  load_vec<TP, VEC>(gamma, int64_t(c) * VEC, g);
+  if (beta) load_vec<TP, VEC>(beta, int64_t(c) * VEC, b);
 }
 
 }  // namespace te::cuda::norm_detail

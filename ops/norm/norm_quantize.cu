@@ -33,8 +33,9 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_quant_kernel(con
                                                           float* mean_out, float* rstd_out, int64_t M, int64_t H,
                                                           float eps, bool rms, bool e5m2, bool pow2, float qeps) {
   constexpr int L = kBlock / VEC;  // lanes (consecutive chunks) per 128-element block: 16 or 32
-  __shared__ float smem[32];
-  const int64_t nch = H / VEC, nkb = (H + kBlock - 1) / kBlock;
+  __shared__ float smem[96];
+  const int nch = static_cast<int>(H / VEC);
+  const int64_t nkb = (H + kBlock - 1) / kBlock;
   const int tid = threadIdx.x, bd = blockDim.x;
   const float fmt_max = e5m2 ? 57344.0f : 448.0f;
   if (blockIdx.x == 0)  // padding of the scale rows (M..round4(M)) is zero, never uninitialised
@@ -43,8 +44,9 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_quant_kernel(con
   for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
     const TX* xr = x + row * H;
     Vec<TX, VEC> v[kItems];
+    load_row<TX, VEC>(xr, nch, v);
     float mu, rstd;
-    row_stats<TX, VEC>(xr, nch, H, rms, eps, v, smem, mu, rstd);
+    row_stats<TX, VEC>(v, xr, nch, H, rms, eps, smem, mu, rstd);
     if (tid == 0) {
       if (mean_out) mean_out[row] = mu;
       rstd_out[row] = rstd;
@@ -55,9 +57,10 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_quant_kernel(con
       float y[VEC];
       float amax = 0.f;
       if (c < nch) {
-        float t[VEC];
+        float t[VEC], g[VEC], b[VEC];
         unpack<TX, VEC>(v[i], t);
-        normalize_chunk<TP, VEC>(t, gamma, beta, c * VEC, mu, rstd, y);
+        load_params<TP, VEC>(gamma, beta, static_cast<int>(c), g, b);
+        normalize_chunk<VEC>(t, g, beta != nullptr, b, mu, rstd, y);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           y[k] = to_f(from_f<TO>(y[k]));  // the value the unfused path stores in out_dtype
@@ -110,7 +113,7 @@ void norm_quantize_forward(const NormQuantArgs& a, const Stream& stream) {
       dispatch_hp(n.tout, "norm_quantize out", [&](auto to) {
         using TO = decltype(to);
         constexpr int VV = V<TX>();
-        // Same grid and block as norm_forward's vector path: identical reduction order, identical statistics.
+        // Same block size as norm_forward's vector path: identical reduction order, identical statistics.
         const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(n.rows, int64_t(1) << 20));
         norm_quant_kernel<TX, TP, TO, VV><<<static_cast<unsigned>(grid), threads_for(n.cols / VV), 0,
                                             raw_stream(stream)>>>(

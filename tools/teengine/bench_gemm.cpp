@@ -28,7 +28,7 @@ namespace {
 
 struct GemmBenchArgs {
   int64_t m = 8192, n = 16384, k = 4096;
-  std::string format = "bf16", role = "fprop", device = "auto";
+  std::string format = "bf16", role = "fprop", device = "auto", kernel = "auto";
   int warmup = 10, repeats = 50, samples = 512;
   bool json = false;
 };
@@ -182,6 +182,9 @@ int run_gemm_bench(const GemmBenchArgs& g) {
   GemmContext ctx(dev);
   GemmOptions opts;
   opts.out_dtype = DType::bf16;
+  opts.kernel = g.kernel == "streaming" ? GemmKernel::streaming
+                : g.kernel == "cublaslt" ? GemmKernel::cublaslt
+                                         : GemmKernel::automatic;
   Tensor out = Tensor::empty(gemm_out_shape(a, b, role), DType::bf16, dev, stream);
   gemm(a, b, role, out, opts, ctx, stream);
   stream.synchronize();
@@ -222,6 +225,10 @@ int run_gemm_bench(const GemmBenchArgs& g) {
                        {"passed", rel <= tol}};
   rep["ours_ms"] = ours.median_ms;
   rep["ours_tflops"] = flops / (ours.median_ms * 1e-3) / 1e12;
+  rep["kernel"] = ctx.stats().streaming_calls > 0 ? "streaming" : dev.is_cuda() ? "cublaslt" : "openblas";
+  // Few tokens: the GEMM is bound by reading b once (the weight, fprop/dgrad).
+  const double b_bytes = b.is_quantized() ? double(b.rows()) * double(b.cols()) : double(b_hp.nbytes());
+  rep["b_read_tb_per_s"] = b_bytes / (ours.median_ms * 1e-3) / 1e12;
 #if TE_WITH_CUDA
   if (dev.is_cuda()) {
     Tensor raw_out = Tensor::empty({P, Q}, DType::bf16, dev, stream);
@@ -234,6 +241,7 @@ int run_gemm_bench(const GemmBenchArgs& g) {
     rep["raw_ms"] = rt.median_ms;
     rep["raw_tflops"] = flops / (rt.median_ms * 1e-3) / 1e12;
     rep["ratio"] = rt.median_ms / ours.median_ms;
+    rep["raw_b_read_tb_per_s"] = b_bytes / (rt.median_ms * 1e-3) / 1e12;
     rep["ratio_target"] = 0.97;
     rep["raw_vs_ours_rel_l2"] = dd > 0 ? std::sqrt(dn / dd) : 0.0;
   }
@@ -259,6 +267,8 @@ Command add_bench_gemm(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp8_per_tensor", "fp8_block"}));
   sub->add_option("--role", args->role, "GEMM role")->check(CLI::IsMember({"fprop", "dgrad", "wgrad"}));
   sub->add_option("--device", args->device, "auto | cuda | cuda:N | cpu");
+  sub->add_option("--kernel", args->kernel, "fp8 CUDA kernel: auto (streaming for <= 64 rows) | cublaslt | streaming")
+      ->check(CLI::IsMember({"auto", "cublaslt", "streaming"}));
   sub->add_option("--warmup", args->warmup, "untimed runs")->check(CLI::NonNegativeNumber);
   sub->add_option("--repeats", args->repeats, "timed runs (median reported)")->check(CLI::PositiveNumber);
   sub->add_option("--samples", args->samples, "output elements checked against float64")->check(CLI::PositiveNumber);

@@ -1,0 +1,57 @@
+// Weight-streaming fp8 GEMM for a few rows (CUDA builds only).
+//
+// With few tokens (P ≤ 64 output rows) an fp8 GEMM is bound by reading the weight once from HBM; cuBLASLt's tiles
+// are built for large M and leave most of that bandwidth unused (issue 8, target 4). This kernel streams the
+// [Q, D] operand with 16-byte non-caching loads, keeps the small [P, D] operand in L1/L2, and multiplies on the
+// tensor cores with mma.sync m16n8k32 (fp8 in, fp32 accumulate).
+//
+// Numerics: every 128-wide K block is accumulated on its own and then added to the fp32 result times the block's
+// scales ("split accumulation", as cuBLASLt does for block scaling); per-tensor scales multiply once at the end.
+// The K range is split over CTAs; partial sums go through fp32 workspace and the last CTA of each column tile adds
+// them in split order, so results are deterministic.
+#pragma once
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "engine/stream.h"
+
+namespace te::cuda {
+
+enum class StreamingScale : uint8_t {
+  per_tensor,  // scale[0]
+  vec128,      // 1x128 blocks along D: scale[kb * ld + row]
+  blk128,      // 128x128 tiles: scale[(row / 128) * ld + kb]
+};
+
+struct StreamingGemm {
+  static constexpr int64_t kMaxRows = 64;  // P limit (four m16 tiles)
+  static constexpr int64_t kBlockK = 128;  // D must be a multiple
+
+  const void* lhs = nullptr;  // [P, D] fp8, row stride D, 16-byte aligned
+  const void* rhs = nullptr;  // [Q, D] fp8, row stride D, 16-byte aligned
+  DType lhs_dtype = DType::fp8_e4m3, rhs_dtype = DType::fp8_e4m3;
+  const float* lhs_scale = nullptr;
+  const float* rhs_scale = nullptr;
+  StreamingScale lhs_kind = StreamingScale::per_tensor, rhs_kind = StreamingScale::per_tensor;
+  int64_t lhs_scale_ld = 0, rhs_scale_ld = 0;
+  int64_t P = 0, Q = 0, D = 0;
+  void* out = nullptr;  // [P, Q] contiguous, out_dtype f32 | bf16 | f16
+  DType out_dtype = DType::bf16;
+  const void* bias = nullptr;  // [Q] contiguous or null
+  DType bias_dtype = DType::bf16;
+  float alpha = 1.f;
+  bool accumulate = false;
+  // Split-K state: fp32 partials (splits · P · Q floats) and one zeroed int counter per 128-column tile.
+  float* partials = nullptr;
+  int64_t partials_floats = 0;
+  int* counters = nullptr;
+  int64_t counters_len = 0;
+  int sm_count = 132;
+};
+
+// Why the kernel cannot run this problem (empty when it can).
+const char* streaming_gemm_unsupported(const StreamingGemm& g);
+// Enqueues the GEMM on `stream`; call only when streaming_gemm_unsupported() is empty.
+void streaming_gemm(const StreamingGemm& g, const Stream& stream);
+
+}  // namespace te::cuda

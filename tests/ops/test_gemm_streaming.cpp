@@ -1,0 +1,179 @@
+// The weight-streaming fp8 GEMM (few output rows, ops/gemm/gemm_streaming.h) against a float64 GEMM of the
+// dequantized copies, across formats, row counts around its m16 tiles, column tails, split-K and the epilogue;
+// plus the automatic choice and the refusals. GPU only (skips without one).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/gpu.h"
+#include "engine/error.h"
+#include "ops/gemm/gemm.h"
+#include "ops/ops_test_util.h"
+#include "ops/quant/quantizer.h"
+
+namespace te {
+namespace {
+
+using test::Layout;
+
+struct Formats {
+  const char* name;
+  QuantFormat fx, fw;
+  DType dx, dw;
+};
+const Formats kFormats[] = {
+    {"pt_e4m3", QuantFormat::fp8_per_tensor, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, DType::fp8_e4m3},
+    {"pt_e5m2_x", QuantFormat::fp8_per_tensor, QuantFormat::fp8_per_tensor, DType::fp8_e5m2, DType::fp8_e4m3},
+    {"pt_e5m2_w", QuantFormat::fp8_per_tensor, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, DType::fp8_e5m2},
+    {"blk_1d_2d", QuantFormat::fp8_block_1d, QuantFormat::fp8_block_2d, DType::fp8_e4m3, DType::fp8_e4m3},
+    {"blk_1d_1d", QuantFormat::fp8_block_1d, QuantFormat::fp8_block_1d, DType::fp8_e4m3, DType::fp8_e4m3},
+};
+
+struct Problem {
+  int64_t P, Q, D;  // out [P, Q] = x [P, D] · W [Q, D]ᵀ
+};
+
+QuantizedTensor quantize_on(const Tensor& t, QuantFormat f, DType dt, Device dev) {
+  QuantizerConfig cfg;
+  cfg.format = f;
+  cfg.data_dtype = dt;
+  cfg.pow2_scales = f != QuantFormat::fp8_per_tensor;
+  return Quantizer(cfg, Usage::rowwise).quantize(t.to(dev));
+}
+
+// f64 fprop of the dequantized row-wise copies: alpha · x·Wᵀ + bias + c0.
+std::vector<double> reference(const QuantizedTensor& qx, const QuantizedTensor& qw, const Problem& p, double alpha,
+                              const std::vector<float>& bias, const std::vector<float>& c0) {
+  const auto x = qx.dequantize(DType::f32).to_f32_vector(), w = qw.dequantize(DType::f32).to_f32_vector();
+  std::vector<double> out(size_t(p.P * p.Q));
+  for (int64_t r = 0; r < p.P; ++r)
+    for (int64_t c = 0; c < p.Q; ++c) {
+      double acc = 0;
+      for (int64_t k = 0; k < p.D; ++k) acc += double(x[r * p.D + k]) * w[c * p.D + k];
+      double v = alpha * acc;
+      if (!bias.empty()) v += bias[size_t(c)];
+      if (!c0.empty()) v += c0[size_t(r * p.Q + c)];
+      out[size_t(r * p.Q + c)] = v;
+    }
+  return out;
+}
+
+using Param = std::tuple<Formats, Problem>;
+class GemmStreaming : public ::testing::TestWithParam<Param> {};
+
+TEST_P(GemmStreaming, MatchesFloat64OfDequantizedOperands) {
+  TE_REQUIRE_GPU();
+  const auto& [f, p] = GetParam();
+  const Device gpu = Device::cuda(0);
+  const Tensor x = test::random_2d(p.P, p.D, DType::bf16, 31, Device::cpu(), Layout::contiguous);
+  const Tensor w = test::random_2d(p.Q, p.D, DType::bf16, 32, Device::cpu(), Layout::contiguous, 0.05f);
+  const QuantizedTensor qx = quantize_on(x, f.fx, f.dx, gpu), qw = quantize_on(w, f.fw, f.dw, gpu);
+  GemmContext ctx(gpu);
+  GemmOptions opts;
+  opts.out_dtype = DType::f32;
+  opts.kernel = GemmKernel::streaming;
+  const Tensor got = gemm(qx, qw, GemmRole::fprop, opts, ctx);
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
+  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 1.0, {}, {}), got.to_f32_vector()), test::kTolF32);
+
+  // Deterministic: the split-K partials are added in a fixed order, and the counters are left ready.
+  const Tensor again = gemm(qx, qw, GemmRole::fprop, opts, ctx);
+  EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));
+
+  // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias.
+  const Tensor bias = test::random_2d(1, p.Q, DType::bf16, 33, Device::cpu(), Layout::contiguous).reshape({p.Q});
+  const Tensor c0 = test::random_2d(p.P, p.Q, DType::bf16, 34, Device::cpu(), Layout::contiguous);
+  GemmOptions epi = opts;
+  epi.out_dtype = DType::bf16;
+  epi.alpha = 0.5f;
+  epi.accumulate = true;
+  epi.bias = bias.to(gpu);
+  Tensor out = c0.to(gpu);
+  gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
+  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 0.5, bias.to_f32_vector(), c0.to_f32_vector()), out.to_f32_vector()),
+            test::kTolBF16);
+
+  // And it agrees with cuBLASLt on the same bytes (bf16 outputs).
+  GemmOptions lt = opts;
+  lt.kernel = GemmKernel::cublaslt;
+  const Tensor via_lt = gemm(qx, qw, GemmRole::fprop, lt, ctx);
+  const auto l = via_lt.to_f32_vector();
+  EXPECT_LE(test::rel_l2(std::vector<double>(l.begin(), l.end()), got.to_f32_vector()), test::kTolBF16);
+}
+
+std::string name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [f, p] = info.param;
+  return std::string(f.name) + "_" + std::to_string(p.P) + "x" + std::to_string(p.Q) + "x" + std::to_string(p.D);
+}
+
+// Rows around the m16 tiles (1, 7, 16, 17, 33, 64); columns with a tail past the last 128-tile (200) and a single
+// 8-column group (8); depth from one 128-block to many split-K ranges (8192 over two column tiles).
+INSTANTIATE_TEST_SUITE_P(Sweep, GemmStreaming,
+                         ::testing::Combine(::testing::ValuesIn(kFormats),
+                                            ::testing::Values(Problem{1, 200, 128}, Problem{7, 8, 256},
+                                                              Problem{16, 384, 512}, Problem{17, 200, 384},
+                                                              Problem{33, 136, 1024}, Problem{64, 256, 8192})),
+                         name);
+
+// dgrad reads W's column-wise copy: dx [M, K] = dy [M, N] · W [N, K] streams Wᵀ's rows.
+TEST(GemmStreamingRoles, DgradMatchesCublasLt) {
+  TE_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Tensor dy = test::random_2d(12, 256, DType::bf16, 41, Device::cpu(), Layout::contiguous);
+  const Tensor w = test::random_2d(256, 384, DType::bf16, 42, Device::cpu(), Layout::contiguous, 0.05f);
+  QuantizerConfig cg, cw;
+  cg.format = cw.format = QuantFormat::fp8_per_tensor;
+  cg.data_dtype = DType::fp8_e5m2;
+  const QuantizedTensor qdy = Quantizer(cg, Usage::rowwise).quantize(dy.to(gpu));
+  const QuantizedTensor qw = Quantizer(cw, Usage::both).quantize(w.to(gpu));
+  GemmContext ctx(gpu);
+  GemmOptions opts;
+  opts.out_dtype = DType::f32;
+  const Tensor got = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);  // chosen automatically: 12 rows
+  opts.kernel = GemmKernel::cublaslt;
+  const Tensor want = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);
+  const auto v = want.to_f32_vector();
+  EXPECT_LE(test::rel_l2(std::vector<double>(v.begin(), v.end()), got.to_f32_vector()), 1e-3);
+}
+
+TEST(GemmStreamingRoles, AutomaticChoiceAndClearRefusals) {
+  TE_REQUIRE_GPU();
+  const Device gpu = Device::cuda(0);
+  const Formats& f = kFormats[3];
+  const auto operands = [&](int64_t P, int64_t D) {
+    const Tensor x = test::random_2d(P, D, DType::bf16, 51, Device::cpu(), Layout::contiguous);
+    const Tensor w = test::random_2d(128, D, DType::bf16, 52, Device::cpu(), Layout::contiguous, 0.05f);
+    return std::pair{quantize_on(x, f.fx, f.dx, gpu), quantize_on(w, f.fw, f.dw, gpu)};
+  };
+  GemmContext ctx(gpu);
+  GemmOptions opts;
+  const auto [x65, w65] = operands(65, 256);
+  gemm(x65, w65, GemmRole::fprop, opts, ctx);  // 65 rows: cuBLASLt
+  EXPECT_EQ(ctx.stats().streaming_calls, 0);
+  const auto [x64, w64] = operands(64, 256);
+  gemm(x64, w64, GemmRole::fprop, opts, ctx);  // 64 rows: streaming
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
+
+  opts.kernel = GemmKernel::streaming;
+  try {
+    gemm(x65, w65, GemmRole::fprop, opts, ctx);
+    FAIL() << "65 rows were accepted by the streaming kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 64 output rows"), std::string::npos) << e.what();
+  }
+  const auto [x200, w200] = operands(8, 200);
+  try {
+    gemm(x200, w200, GemmRole::fprop, opts, ctx);
+    FAIL() << "K = 200 was accepted by the streaming kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 128"), std::string::npos) << e.what();
+  }
+  opts.kernel = GemmKernel::automatic;  // the same problem runs on cuBLASLt (zero-padded)
+  EXPECT_NO_THROW(gemm(x200, w200, GemmRole::fprop, opts, ctx));
+}
+
+}  // namespace
+}  // namespace te
