@@ -4,12 +4,16 @@
 // K blocks; each of its 8 warps owns 16 of those columns (two m16n8k32 n-tiles) and all P rows (up to four m16
 // tiles). The streamed operand is read exactly once; the small operand is re-read by every CTA from L1/L2.
 //
-// Register fragments of m16n8k32 (PTX ISA, "mma.m16n8k32"), lane = 4·g + t: A regs hold rows g / g+8 and logical
-// k = 4t..4t+3 / 16+4t..16+4t+3; B regs hold column g and the same k. A dot product does not care about the order
-// of k, so logical k is mapped to physical bytes such that each lane's k values are 16 contiguous bytes of a
-// 64-byte chunk: logical (4t + j) of half h → byte 16t + 8h + j, logical (16 + 4t + j) → byte 16t + 8h + 4 + j.
-// Both operands use the same map, so one 16-byte load feeds two mma k-steps.
+// The tensor cores run f16 m16n8k16 (fp8 → f16 is exact for both fp8 formats; the products and the fp32
+// accumulation are those of an fp8 MMA). Register fragments (PTX ISA, "mma.m16n8k16"), lane = 4·g + t: A regs hold
+// rows g / g+8 and logical k = 2t, 2t+1 / 2t+8, 2t+9; B regs hold column g and the same k. A dot product does not
+// care about the order of k, so logical k is mapped to physical bytes such that each lane's k values are 16
+// contiguous bytes of a 64-byte chunk: in k-step s (0..3) the pair (2t, 2t+1) is bytes 16t + 4s + {0, 1} and the pair
+// (2t+8, 2t+9) is bytes 16t + 4s + {2, 3}. Both operands use the same map, so one 16-byte load feeds four k-steps.
 #include "ops/gemm/gemm_streaming.h"
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -40,18 +44,20 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-template <Types T>
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-#define TE_MMA_FP8(TA, TB)                                                                             \
-  asm("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
-      "{%8, %9}, {%0, %1, %2, %3};"                                                                    \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                 \
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-  if constexpr (T == Types::e4m3_e4m3) TE_MMA_FP8("e4m3", "e4m3");
-  else if constexpr (T == Types::e5m2_e4m3) TE_MMA_FP8("e5m2", "e4m3");
-  else TE_MMA_FP8("e4m3", "e5m2");
-#undef TE_MMA_FP8
+// fp8 pair (low byte = lower k) → f16x2, exact for E4M3 and E5M2.
+template <bool E5M2>
+__device__ __forceinline__ uint32_t to_f16x2(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFFu),
+                                                   E5M2 ? __NV_E5M2 : __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // The scale of K block kb for one row of an operand (per-tensor scales are applied once at the end instead).
@@ -75,6 +81,7 @@ __device__ __forceinline__ void store_result(const StreamingGemm& g, float facto
 
 template <int MT, Types T>
 __global__ void __launch_bounds__(kWarps * 32) streaming_gemm_kernel(const StreamingGemm g, int splits) {
+  constexpr bool kLhsE5M2 = T == Types::e5m2_e4m3, kRhsE5M2 = T == Types::e4m3_e5m2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
   const int64_t tile = blockIdx.x;
   const int split = blockIdx.y;
@@ -128,13 +135,22 @@ __global__ void __launch_bounds__(kWarps * 32) streaming_gemm_kernel(const Strea
           for (int r = 0; r < 2; ++r)
             x[mt][r] = row_ok[mt][r] ? load_cached(x_ptr[mt][r] + (kb + u) * kBlockK + c * 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int st = 0; st < 4; ++st) {  // k-steps of 16: 4 bytes (word st) of each lane's 16
+          uint32_t b[2][2];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+          for (int nt = 0; nt < 2; ++nt) {
+            const uint32_t wd = word(w[u][c][nt], st);
+            b[nt][0] = to_f16x2<kRhsE5M2>(wd), b[nt][1] = to_f16x2<kRhsE5M2>(wd >> 16);
+          }
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-              mma<T>(blk[mt][nt], word(x[mt][0], 2 * h), word(x[mt][1], 2 * h), word(x[mt][0], 2 * h + 1),
-                     word(x[mt][1], 2 * h + 1), word(w[u][c][nt], 2 * h), word(w[u][c][nt], 2 * h + 1));
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint32_t lo = word(x[mt][0], st), hi = word(x[mt][1], st);  // rows g, g+8
+            const uint32_t a0 = to_f16x2<kLhsE5M2>(lo), a1 = to_f16x2<kLhsE5M2>(hi);
+            const uint32_t a2 = to_f16x2<kLhsE5M2>(lo >> 16), a3 = to_f16x2<kLhsE5M2>(hi >> 16);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma_f16(blk[mt][nt], a0, a1, a2, a3, b[nt][0], b[nt][1]);
+          }
+        }
       }
       // Promote the block's sum into the fp32 result with its scales (accumulator c_i: row g + 8·(i/2),
       // column 2t + i%2 of the n-tile).
