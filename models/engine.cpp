@@ -24,12 +24,8 @@ namespace teengine {
 using detail::translate;
 
 struct Engine::Impl {
-  te::ModelSpec spec;
-  te::GlobalParams global;
+  std::unique_ptr<te::RankGroup> group;  // spec, parameters, and per rank a communicator, context and model
   te::Device device;
-  std::vector<std::unique_ptr<te::Communicator>> comms;
-  std::vector<std::unique_ptr<te::RankContext>> contexts;
-  std::vector<std::unique_ptr<te::RankModel>> ranks;
   std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per rank (run.executor: graph)
   std::mutex mu;  // forward/train_step are serialised
   std::vector<double> step_ms;
@@ -38,14 +34,16 @@ struct Engine::Impl {
   double total_ms = 0;
   int64_t step = 0;
 
-  int world() const { return spec.parallel.tp; }
+  const te::ModelSpec& spec() const { return group->spec; }
+  int world() const { return group->world(); }
   bool graph_forward() const {
-    return spec.run.mode == te::RunMode::infer && spec.run.executor == te::ForwardExecutor::graph;
+    return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
   }
   int64_t local_tokens(int64_t tokens) const {
-    return spec.parallel.sequence_parallel && world() > 1 ? tokens / world() : tokens;
+    return spec().parallel.sequence_parallel && world() > 1 ? tokens / world() : tokens;
   }
-  void build();
+  // (Re)builds the ranks from a spec and its global parameters; the planned forwards are dropped.
+  void build(te::ModelSpec spec, te::GlobalParams params);
   // Local rows of rank r: SP splits the tokens; without SP every rank sees all of them.
   te::Tensor rank_input(const te::Tensor& global, int r, te::DType dtype) const;
 };
@@ -75,34 +73,21 @@ HostTensor tensor_to_host(const te::Tensor& t) {
 }
 }  // namespace
 
-void Engine::Impl::build() {
-  device = te::parse_device(spec.run.device);
-  const int w = world();
-  te::LocalGroupOptions opts;
-  opts.device = device;
-  comms = te::make_local_group(w, opts);
+void Engine::Impl::build(te::ModelSpec spec, te::GlobalParams params) {
+  const te::Device dev = te::parse_device(spec.run.device);
+  // Built before the old group goes, so a failure (e.g. out of device memory) leaves the engine as it was.
+  auto next = std::make_unique<te::RankGroup>(std::move(spec), std::move(params), dev);
   graphs.clear();
-  contexts.clear();
-  ranks.clear();
-  ranks.resize(w);
-  graphs.resize(w);
-  for (int r = 0; r < w; ++r) {
-    contexts.push_back(std::make_unique<te::RankContext>());
-    te::init_rank_context(*contexts.back(), spec, *comms[r], device);
-  }
-  te::run_ranks(comms, [&](te::Communicator& c) {
-    te::RankContext& ctx = *contexts[c.rank()];
-    te::init_rank_resources(ctx);
-    ranks[c.rank()] = std::make_unique<te::RankModel>(spec, global, ctx);
-    ctx.stream.synchronize();
-  });
+  group = std::move(next);
+  device = dev;
+  graphs.resize(static_cast<size_t>(world()));
 }
 
 te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, te::DType dtype) const {
   const int64_t n = local_tokens(g.size(0));
   const te::Tensor rows = n == g.size(0) ? g : g.narrow(0, r * n, n);
   // Cast where the rank computes (one kernel on a GPU), not element by element on the host.
-  const te::Stream& st = contexts[r]->stream;
+  const te::Stream& st = group->ctxs[r]->stream;
   te::Tensor on_device = rows.contiguous().to(device, st);
   return on_device.dtype() == dtype ? on_device : te::cast(on_device, dtype, st);
 }
@@ -114,27 +99,27 @@ Engine::~Engine() = default;
 
 Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this file's namespace
   auto impl = std::make_unique<Engine::Impl>();
-  impl->spec = std::move(spec);
-  impl->global = impl->spec.weights_path.empty() ? te::init_params(impl->spec)
-                                                 : te::load_params(impl->spec, impl->spec.weights_path);
-  impl->build();
+  te::GlobalParams params = spec.weights_path.empty() ? te::init_params(spec) : te::load_params(spec, spec.weights_path);
+  impl->build(std::move(spec), std::move(params));
   return Engine(std::move(impl));
 }
 
 void Engine::load_weights(const std::string& path) {
   translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->global = te::load_params(impl_->spec, path);
-    impl_->build();
+    te::ModelSpec spec = impl_->spec();
+    te::GlobalParams params = te::load_params(spec, path);  // a bad file leaves the engine as it was
+    impl_->build(std::move(spec), std::move(params));
   });
 }
 
 void Engine::save_weights(const std::string& path) const {
   translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    for (auto& r : impl_->ranks) r->ctx().stream.synchronize();
-    for (auto& r : impl_->ranks) r->export_params(impl_->global);
-    te::save_params(impl_->global, impl_->spec.model.dtype, path);
+    te::RankGroup& g = *impl_->group;
+    for (auto& r : g.models) r->ctx().stream.synchronize();
+    for (auto& r : g.models) r->export_params(g.params);
+    te::save_params(g.params, g.spec.model.dtype, path);
   });
 }
 
@@ -143,36 +128,36 @@ HostTensor Engine::forward(const HostTensor& input) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     Impl& m = *impl_;
     te::Tensor x = host_to_tensor(input);
-    const int64_t hidden = m.spec.model.hidden;
+    const int64_t hidden = m.spec().model.hidden;
     if (x.dim() != 2 || x.size(1) != hidden)
       TE_INPUT_ERROR("input has shape " << te::shape_str(x.shape()) << " but the model takes [tokens, " << hidden
                                         << "]",
                      "give a 2-D input whose last dimension is model.hidden");
-    if (m.spec.parallel.sequence_parallel && m.world() > 1 && x.size(0) % m.world() != 0)
+    if (m.spec().parallel.sequence_parallel && m.world() > 1 && x.size(0) % m.world() != 0)
       TE_INPUT_ERROR("input has " << x.size(0) << " tokens, not divisible by tp " << m.world()
                                   << " under sequence parallelism",
                      "use a token count that is a multiple of parallel.tp");
     std::vector<te::Tensor> outs(m.world());
     auto t0 = std::chrono::steady_clock::now();
-    te::run_ranks(m.comms, [&](te::Communicator& c) {
+    te::run_ranks(m.group->comms, [&](te::Communicator& c) {
       const int r = c.rank();
-      te::Tensor xr = m.rank_input(x, r, m.spec.model.dtype);
+      te::Tensor xr = m.rank_input(x, r, m.spec().model.dtype);
       if (m.graph_forward()) {
         // Planned once per token count (shapes are static in a plan).
         if (!m.graphs[r] || m.graphs[r]->local_tokens() != xr.size(0))
-          m.graphs[r] = std::make_unique<te::ModelGraph>(*m.ranks[r], xr.size(0));
+          m.graphs[r] = std::make_unique<te::ModelGraph>(*m.group->models[r], xr.size(0));
         outs[r] = m.graphs[r]->forward(xr);
       } else {
-        outs[r] = m.ranks[r]->forward(xr);
+        outs[r] = m.group->models[r]->forward(xr);
       }
-      m.contexts[r]->stream.synchronize();
+      m.group->ctxs[r]->stream.synchronize();
     });
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     m.step_ms.push_back(ms);
     m.total_ms += ms;
     m.tokens_done += x.size(0);
-    if (!(m.spec.parallel.sequence_parallel && m.world() > 1)) return tensor_to_host(outs[0]);
-    te::Tensor full = te::Tensor::empty({x.size(0), hidden}, m.spec.model.dtype);
+    if (!(m.spec().parallel.sequence_parallel && m.world() > 1)) return tensor_to_host(outs[0]);
+    te::Tensor full = te::Tensor::empty({x.size(0), hidden}, m.spec().model.dtype);
     const int64_t n = x.size(0) / m.world();
     for (int r = 0; r < m.world(); ++r) full.narrow(0, r * n, n).copy_from(outs[r].to(te::Device::cpu()));
     return tensor_to_host(full);
@@ -183,7 +168,7 @@ float Engine::train_step(const HostTensor& input, const HostTensor& target) {
   return translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     Impl& m = *impl_;
-    TE_CHECK_HINT(m.spec.run.mode == te::RunMode::train, "train_step on an inference engine",
+    TE_CHECK_HINT(m.spec().run.mode == te::RunMode::train, "train_step on an inference engine",
                   "set run.mode: train in the spec (or --set run.mode=train)");
     te::Tensor x = host_to_tensor(input), t = host_to_tensor(target);
     if (x.shape() != t.shape())
@@ -193,11 +178,11 @@ float Engine::train_step(const HostTensor& input, const HostTensor& target) {
     ++m.step;
     std::vector<float> loss(m.world());
     auto t0 = std::chrono::steady_clock::now();
-    te::run_ranks(m.comms, [&](te::Communicator& c) {
+    te::run_ranks(m.group->comms, [&](te::Communicator& c) {
       const int r = c.rank();
-      loss[r] = m.ranks[r]->train_step(m.rank_input(x, r, m.spec.model.dtype),
-                                       m.rank_input(t, r, m.spec.model.dtype), m.step);
-      m.contexts[r]->stream.synchronize();
+      loss[r] = m.group->models[r]->train_step(m.rank_input(x, r, m.spec().model.dtype),
+                                       m.rank_input(t, r, m.spec().model.dtype), m.step);
+      m.group->ctxs[r]->stream.synchronize();
     });
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     m.step_ms.push_back(ms);
@@ -208,20 +193,20 @@ float Engine::train_step(const HostTensor& input, const HostTensor& target) {
   });
 }
 
-int64_t Engine::hidden() const { return impl_->spec.model.hidden; }
-int64_t Engine::tokens() const { return impl_->spec.run.tokens; }
+int64_t Engine::hidden() const { return impl_->spec().model.hidden; }
+int64_t Engine::tokens() const { return impl_->spec().run.tokens; }
 
 std::string Engine::metrics_json() const {
   const Impl& m = *impl_;
-  const te::CommMetrics& c = m.comms[0]->metrics();
+  const te::CommMetrics& c = m.group->comms[0]->metrics();
   auto pc = [](const te::PathCounter& p) { return nlohmann::json{{"calls", p.calls}, {"bytes", p.bytes}}; };
   nlohmann::json j = {
-      {"model", m.spec.name},
-      {"mode", std::string(te::run_mode_name(m.spec.run.mode))},
+      {"model", m.spec().name},
+      {"mode", std::string(te::run_mode_name(m.spec().run.mode))},
       {"device", m.device.str()},
       {"world_size", m.world()},
-      {"recipe", std::string(te::recipe_name(m.spec.precision.recipe))},
-      {"tokens", m.spec.run.tokens},
+      {"recipe", std::string(te::recipe_name(m.spec().precision.recipe))},
+      {"tokens", m.spec().run.tokens},
       {"steps", static_cast<int64_t>(m.step_ms.size())},
       {"step_ms", m.step_ms},
       {"tokens_per_s", m.total_ms > 0 ? static_cast<double>(m.tokens_done) / (m.total_ms * 1e-3) : 0.0},
@@ -239,21 +224,21 @@ std::string Engine::metrics_json() const {
 std::string Engine::explain() const {
   const Impl& m = *impl_;
   std::ostringstream o;
-  o << te::describe_spec(m.spec);
+  o << te::describe_spec(m.spec());
   const int w = m.world();
-  const bool sp = m.spec.parallel.sequence_parallel && w > 1;
-  const int64_t local_tokens = m.local_tokens(m.spec.run.tokens);
-  te::RecipeConfigs rc = te::recipe_configs(m.spec.precision, m.spec.run.seed);
+  const bool sp = m.spec().parallel.sequence_parallel && w > 1;
+  const int64_t local_tokens = m.local_tokens(m.spec().run.tokens);
+  te::RecipeConfigs rc = te::recipe_configs(m.spec().precision, m.spec().run.seed);
   o << "device " << m.device.str() << ", " << w << " rank(s) on the local communicator\n";
-  o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec.model.hidden << "]):\n";
+  o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec().model.hidden << "]):\n";
   // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
   auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {
     std::optional<te::Quantizer> q;
     if (qc) q.emplace(*qc, usages);
-    te::GatherPlan p = te::plan_gather({local_tokens, m.spec.model.hidden}, q ? &*q : nullptr, usages, w);
+    te::GatherPlan p = te::plan_gather({local_tokens, m.spec().model.hidden}, q ? &*q : nullptr, usages, w);
     if (!qc) {
       o << "  " << what << ": " << te::gather_route_name(p.tensor_path) << " ("
-        << te::dtype_name(m.spec.model.dtype) << ")\n";
+        << te::dtype_name(m.spec().model.dtype) << ")\n";
       return;
     }
     for (te::Usage u : {te::Usage::rowwise, te::Usage::columnwise}) {
@@ -268,7 +253,7 @@ std::string Engine::explain() const {
     o << "  none (no sequence parallelism)\n";
   } else {
     line("column-parallel input, forward", te::Usage::rowwise, rc.input);
-    if (m.spec.run.mode == te::RunMode::train) {
+    if (m.spec().run.mode == te::RunMode::train) {
       line("column-parallel input, backward re-gather", te::Usage::columnwise, rc.input);
       line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
     }
@@ -276,9 +261,9 @@ std::string Engine::explain() const {
   if (m.graph_forward()) {
     o << "rank 0 forward plan (" << local_tokens << " local tokens):\n";
     if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) o << m.graphs[0]->explain();
-    else o << te::ModelGraph(*m.ranks[0], local_tokens).explain();  // planning touches no device memory but the arena
+    else o << te::ModelGraph(*m.group->models[0], local_tokens).explain();  // planning touches no device memory but the arena
   } else {
-    o << (m.spec.run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
+    o << (m.spec().run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
                                                 : "inference runs eagerly (run.executor: eager)\n");
   }
   return o.str();

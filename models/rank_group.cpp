@@ -20,7 +20,10 @@ void init_rank_resources(RankContext& ctx) {
   ctx.gemm = std::make_unique<GemmContext>(ctx.device);
 }
 
-RankGroup::RankGroup(ModelSpec spec_in, Device device) : spec(std::move(spec_in)), params(init_params(spec)) {
+RankGroup::RankGroup(ModelSpec spec_in, Device device) : RankGroup(spec_in, init_params(spec_in), device) {}
+
+RankGroup::RankGroup(ModelSpec spec_in, GlobalParams params_in, Device device)
+    : spec(std::move(spec_in)), params(std::move(params_in)) {
   const int w = spec.parallel.tp;
   LocalGroupOptions o;
   o.device = device;

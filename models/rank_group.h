@@ -1,6 +1,5 @@
 // W tensor-parallel ranks of one model on one device, as threads over the local communicator: the spec, its
-// global parameters (seeded), and per rank a context and a RankModel. What multi-rank benchmarks and tests build;
-// init_rank_context is the one place a rank's context is filled from a spec (the Engine uses it too).
+// global parameters, and per rank a context and a RankModel. What the Engine, multi-rank benchmarks and tests build.
 #pragma once
 #include <memory>
 #include <vector>
@@ -18,7 +17,8 @@ void init_rank_resources(RankContext& ctx);  // a new stream and GEMM context on
 
 struct RankGroup {
   // Parse YAML with parse_spec (models/spec.h, in the YAML front end) first. Training state follows run.mode.
-  RankGroup(ModelSpec spec, Device device);
+  RankGroup(ModelSpec spec, Device device);  // parameters from init_params(spec)
+  RankGroup(ModelSpec spec, GlobalParams params, Device device);
   int world() const { return static_cast<int>(models.size()); }
 
   ModelSpec spec;
