@@ -16,7 +16,8 @@ __global__ void act_fwd_kernel(ActKind k, const TX* __restrict__ x, TO* __restri
   const int64_t cpr = cols / VEC, n = rows * cpr;  // chunks per row, total
   const int64_t in_cols = k == ActKind::swiglu ? 2 * cols : cols;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = j / cpr, c = (j - r * cpr) * VEC;
+    // Only SwiGLU's input rows differ from the output's: the others index chunk j directly (no 64-bit division).
+    const int64_t r = in_cols == cols ? 0 : j / cpr, c = in_cols == cols ? j * VEC : (j - r * cpr) * VEC;
     float a[VEC], y[VEC];
     load_vec<TX, VEC>(x, r * in_cols + c, a);
     if (k == ActKind::swiglu) {
@@ -41,7 +42,7 @@ __global__ void act_bwd_kernel(ActKind k, const TX* __restrict__ dy, const TX* _
   const int64_t cpr = cols / VEC, n = rows * cpr;
   const int64_t in_cols = k == ActKind::swiglu ? 2 * cols : cols;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = j / cpr, c = (j - r * cpr) * VEC;
+    const int64_t r = in_cols == cols ? 0 : j / cpr, c = in_cols == cols ? j * VEC : (j - r * cpr) * VEC;
     float d[VEC], a[VEC], o[VEC];
     load_vec<TX, VEC>(dy, r * cols + c, d);
     load_vec<TX, VEC>(x, r * in_cols + c, a);

@@ -125,6 +125,9 @@ __device__ __forceinline__ float pre_act(float v, DType dt) {
   return dt == DType::bf16 ? bf16_to_f32(bf16_from_f32(y)) : (dt == DType::f16 ? f16_to_f32(f16_from_f32(y)) : y);
 }
 
+// Lane indices below this fit 32 bits (with a warp's slack past the end).
+constexpr int64_t kIndex32 = (int64_t(1) << 31) - 1024;
+
 template <int B, QuantPreAct Act>
 __global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
   store_tensor_scales(p, out, x.dtype);
@@ -138,7 +141,13 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantPa
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31); base < total;
        base += stride) {
     const int64_t i = base + (threadIdx.x & 31);
-    const int64_t m = i / per_row, k = (i % per_row) * 8;
+    int64_t m, k;
+    if (total < kIndex32) {  // 32-bit division: a few instructions instead of the 64-bit division routine
+      const uint32_t u = static_cast<uint32_t>(i), pr = static_cast<uint32_t>(per_row), q = u / pr;
+      m = q, k = static_cast<int64_t>(u - q * pr) * 8;
+    } else {
+      m = i / per_row, k = (i % per_row) * 8;
+    }
     const bool in = i < total && k < x.K;
     float v[8];
     load8(x, m, k, in, v);
