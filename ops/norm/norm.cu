@@ -34,65 +34,21 @@ __device__ __forceinline__ void store_out(TO* p, int c, const float (&y)[VEC]) {
   }
 }
 
-constexpr int kStages = 3;  // rows in flight per block: the current one and two ahead
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
-}
-
-// Starts copying this thread's cached chunks of row r into `stage`, as one commit group (an empty group past the
-// last row keeps the group count uniform). Each thread later reads back only what it copied itself, so waiting for
-// its own groups is all the synchronisation the staging needs.
-template <class TX, int VEC>
-__device__ __forceinline__ void stage_row(Vec<TX, VEC>* stage, const TX* x, int64_t r, int64_t M, int64_t H,
-                                          int nch) {
-  if (r < M) {
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const int c = threadIdx.x + i * blockDim.x;
-      if (c < nch) cp_async16(&stage[i * blockDim.x + threadIdx.x], x + r * H + int64_t(c) * VEC);
-    }
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// 16-byte vectors are staged through shared memory (cp.async): no registers are held by rows in flight.
-template <class TX, int VEC>
-inline constexpr bool kStagedLoads = sizeof(Vec<TX, VEC>) == 16;
-inline int64_t staging_bytes(bool staged, int threads) { return staged ? int64_t(kStages) * kItems * threads * 16 : 0; }
-
-// Persistent: each block loops over rows (stride gridDim.x) with the next kStages - 1 rows already on their way to
-// shared memory while it reduces and writes the current one, so HBM always has loads in flight.
+// Persistent: each block loops over rows (stride gridDim.x) and loads the next row into registers while it reduces
+// and writes the current one, so HBM always has loads in flight.
 template <class TX, class TP, class TO, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
                                                                const TP* __restrict__ beta, TO* __restrict__ out,
                                                                float* mean_out, float* rstd_out, int64_t M, int64_t H,
                                                                float eps, bool rms) {
-  constexpr bool kStaged = kStagedLoads<TX, VEC>;
   __shared__ float smem[96];
-  extern __shared__ uint4 staging[];  // [kStages][kItems][blockDim] vectors (staged path)
-  auto* stages = reinterpret_cast<Vec<TX, VEC>*>(staging);
-  const int nch = static_cast<int>(H / VEC), per_stage = kItems * blockDim.x;
+  const int nch = static_cast<int>(H / VEC);
+  Vec<TX, VEC> cur[kItems], next[kItems];
   int64_t row = blockIdx.x;
-  if constexpr (kStaged) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) stage_row<TX, VEC>(stages + s * per_stage, x, row + s * gridDim.x, M, H, nch);
-  }
-  for (int it = 0; row < M; ++it, row += gridDim.x) {
-    Vec<TX, VEC> cur[kItems];
-    if constexpr (kStaged) {
-      // The stage refilled now is the one this thread emptied into registers last iteration.
-      stage_row<TX, VEC>(stages + ((it + kStages - 1) % kStages) * per_stage, x, row + (kStages - 1) * gridDim.x, M,
-                         H, nch);
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // this row's group has landed
-      const Vec<TX, VEC>* st = stages + (it % kStages) * per_stage;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i)
-        if (threadIdx.x + i * blockDim.x < nch) cur[i] = st[i * blockDim.x + threadIdx.x];
-    } else {
-      load_row<TX, VEC>(x + row * H, nch, cur);
-    }
+  if (row < M) load_row<TX, VEC>(x + row * H, nch, cur);
+  for (; row < M; row += gridDim.x) {
+    const int64_t nrow = row + gridDim.x;
+    if (nrow < M) load_row<TX, VEC>(x + nrow * H, nch, next);
     const TX* xr = x + row * H;
     TO* yr = out + row * H;
     float mu, rstd;
@@ -119,19 +75,18 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
       normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
       store_out<TO, VEC>(yr, c, y);
     }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) cur[j] = next[j];
   }
-  if constexpr (kStaged) asm volatile("cp.async.wait_all;\n" ::);  // no copy outlives the block
 }
 
 // Blocks for the persistent forward: as many as fit on the device at once (never more than rows).
 template <class Kernel>
-int64_t resident_blocks(Kernel kernel, int threads, int64_t smem_bytes, int64_t rows) {
+int64_t resident_blocks(Kernel kernel, int threads, int64_t rows) {
   int device = 0, sms = 0, per_sm = 0;
   TE_CUDA_CHECK(cudaGetDevice(&device));
   TE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (smem_bytes > 48 * 1024)
-    TE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
-  TE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, size_t(smem_bytes)));
+  TE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
   return std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(sms) * std::max(per_sm, 1)));
 }
 
@@ -212,16 +167,15 @@ void norm_forward(const NormFwdArgs& a, const Stream& stream) {
                          (!a.beta || (reinterpret_cast<uintptr_t>(a.beta) % (sizeof(TP) * V)) == 0) &&
                          (reinterpret_cast<uintptr_t>(a.out) % (sizeof(TO) * V)) == 0;
         const bool rms = a.kind == NormKind::rmsnorm;
-        const auto launch = [&](auto kernel, int vw, bool staged) {
+        const auto launch = [&](auto kernel, int vw) {
           const int threads = threads_for(a.cols / vw);
-          const int64_t smem = staging_bytes(staged, threads);
-          const int64_t grid = resident_blocks(kernel, threads, smem, a.rows);
-          kernel<<<static_cast<unsigned>(grid), threads, static_cast<size_t>(smem), raw_stream(stream)>>>(
+          const int64_t grid = resident_blocks(kernel, threads, a.rows);
+          kernel<<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
               static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
               static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps, rms);
         };
-        if (vec) launch(norm_fwd_kernel<TX, TP, TO, V>, V, kStagedLoads<TX, V>);
-        else launch(norm_fwd_kernel<TX, TP, TO, 1>, 1, kStagedLoads<TX, 1>);
+        if (vec) launch(norm_fwd_kernel<TX, TP, TO, V>, V);
+        else launch(norm_fwd_kernel<TX, TP, TO, 1>, 1);
         TE_CUDA_CHECK_LAUNCH();
       });
     });
