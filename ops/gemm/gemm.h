@@ -17,8 +17,8 @@
 //     accumulation for fprop, split accumulation for dgrad/wgrad (override with GemmOptions::fast_accum).
 //   fp8 block 1D/2D × fp8 block 1D/2D: 1x128 (VEC128) and 128x128 (BLK128x128) fp32 scales, split accumulation;
 //     2D × 2D is rejected (Hopper has no such kernel).
-//   fp8 with at most 64 output rows (few tokens): a weight-streaming tensor-core kernel (gemm_streaming.h) that
-//     reads the weight once at HBM speed; same scales, split accumulation per 128-block; see GemmKernel.
+//   fp8 with at most 64 output rows, when GemmKernel::streaming is asked for: a weight-streaming tensor-core kernel
+//     (gemm_streaming.h); same scales, split accumulation per 128-block.
 //   MXFP8 / NVFP4 (and any mix of formats): exact dequantization of the needed copies to bf16, then a bf16 GEMM;
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
 // CPU (any format): every operand is dequantized to f32 from the copy the role needs, then sgemm; so the CPU
@@ -41,9 +41,9 @@ namespace te {
 
 enum class GemmRole : uint8_t { fprop, dgrad, wgrad };
 
-// Which CUDA kernel runs an fp8 GEMM. automatic: the weight-streaming kernel when the output has at most 64 rows
-// (few tokens: the GEMM is bound by reading the weight), cuBLASLt otherwise. Forcing `streaming` on a problem the
-// kernel cannot run throws with the reason. CPU GEMMs ignore the choice.
+// Which CUDA kernel runs an fp8 GEMM. automatic: cuBLASLt. streaming: the weight-streaming kernel for at most 64
+// output rows (gemm_streaming.h) — opt-in: on the H200 it is not faster than cuBLASLt yet (docs/PERFORMANCE.md);
+// forcing it on a problem it cannot run throws with the reason. CPU GEMMs ignore the choice.
 enum class GemmKernel : uint8_t { automatic, cublaslt, streaming };
 std::string_view gemm_role_name(GemmRole r);  // "fprop" | "dgrad" | "wgrad"
 

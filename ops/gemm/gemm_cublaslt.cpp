@@ -401,10 +401,10 @@ cuda::StreamingScale streaming_scale(QuantFormat f) {
                                           : cuda::StreamingScale::per_tensor;
 }
 
-// Few output rows: the weight-streaming kernel (gemm_streaming.h). False when cuBLASLt should run instead.
+// The weight-streaming kernel for few output rows (gemm_streaming.h), when asked for; false: cuBLASLt runs it.
 bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
                    const GemmOptions& opts, const Stream& stream) {
-  if (opts.kernel == GemmKernel::cublaslt) return false;
+  if (opts.kernel != GemmKernel::streaming) return false;
   const int64_t P = lhs.data.size(0), Q = rhs.data.size(0), D = lhs.data.size(1);
   const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
   cuda::StreamingGemm g;
@@ -421,15 +421,11 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
   g.out_dtype = out.dtype();
   const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
                     : !out.is_contiguous()                ? "the output is not contiguous"
-                    : opts.kernel == GemmKernel::automatic && P > cuda::StreamingGemm::kMaxRows ? "many rows"
                                                           : cuda::streaming_gemm_unsupported(g);
-  if (*why) {
-    TE_CHECK_HINT(opts.kernel != GemmKernel::streaming,
-                  "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
-                          << "]: the weight-streaming kernel cannot run it: " << why,
-                  "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
-    return false;
-  }
+  TE_CHECK_HINT(!*why,
+                "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
+                        << "]: the weight-streaming kernel cannot run it: " << why,
+                "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
   GemmContext::Impl& impl = ctx.impl();
   Tensor bias;
   if (opts.bias.defined()) {

@@ -1,7 +1,7 @@
 // See gemm_streaming.h.
 //
 // Work split: a CTA owns 128 columns (rows of the streamed operand; one 128x128 weight-scale tile) and a range of
-// K blocks; each of its 8 warps owns 16 of those columns (two m16n8k32 n-tiles) and all P rows (up to four m16
+// K blocks; each of its 8 warps owns 16 of those columns (two m16n8 n-tiles) and all P rows (up to four m16
 // tiles). The streamed operand is read exactly once; the small operand is re-read by every CTA from L1/L2.
 //
 // The tensor cores run f16 m16n8k16 (fp8 → f16 is exact for both fp8 formats; the products and the fp32

@@ -1,9 +1,11 @@
-// Weight-streaming fp8 GEMM for a few rows (CUDA builds only).
+// Weight-streaming fp8 GEMM for a few rows (CUDA builds only; GemmKernel::streaming).
 //
-// With few tokens (P ≤ 64 output rows) an fp8 GEMM is bound by reading the weight once from HBM; cuBLASLt's tiles
-// are built for large M and leave most of that bandwidth unused (issue 8, target 4). This kernel streams the
-// [Q, D] operand with 16-byte non-caching loads, keeps the small [P, D] operand in L1/L2, and multiplies on the
-// tensor cores with mma.sync m16n8k32 (fp8 in, fp32 accumulate).
+// With few tokens (P ≤ 64 output rows) an fp8 GEMM is bound by reading the weight once from HBM. This kernel
+// streams the [Q, D] operand with 16-byte non-caching loads, keeps the small [P, D] operand in L1/L2, and multiplies
+// on the tensor cores (fp8 converted exactly to f16, mma.sync m16n8k16, fp32 accumulation).
+// Status (H200, docs/PERFORMANCE.md): correct, but it reads the weight at ~1.1 TB/s for 16 rows and slower for more,
+// against cuBLASLt's ~2.1 TB/s, so GemmKernel::automatic does not choose it; kept, tested, as the base for the
+// profiling that issue 8 target 4 needs.
 //
 // Numerics: every 128-wide K block is accumulated on its own and then added to the fp32 result times the block's
 // scales ("split accumulation", as cuBLASLt does for block scaling); per-tensor scales multiply once at the end.

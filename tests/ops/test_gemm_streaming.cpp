@@ -1,6 +1,6 @@
 // The weight-streaming fp8 GEMM (few output rows, ops/gemm/gemm_streaming.h) against a float64 GEMM of the
 // dequantized copies, across formats, row counts around its m16 tiles, column tails, split-K and the epilogue;
-// plus the automatic choice and the refusals. GPU only (skips without one).
+// plus the opt-in choice and the refusals. GPU only (skips without one).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -131,15 +131,16 @@ TEST(GemmStreamingRoles, DgradMatchesCublasLt) {
   GemmContext ctx(gpu);
   GemmOptions opts;
   opts.out_dtype = DType::f32;
+  opts.kernel = GemmKernel::streaming;
   const Tensor got = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);
-  EXPECT_EQ(ctx.stats().streaming_calls, 1);  // chosen automatically: 12 rows
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
   opts.kernel = GemmKernel::cublaslt;
   const Tensor want = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);
   const auto v = want.to_f32_vector();
   EXPECT_LE(test::rel_l2(std::vector<double>(v.begin(), v.end()), got.to_f32_vector()), 1e-3);
 }
 
-TEST(GemmStreamingRoles, AutomaticChoiceAndClearRefusals) {
+TEST(GemmStreamingRoles, OptInOnlyAndClearRefusals) {
   TE_REQUIRE_GPU();
   const Device gpu = Device::cuda(0);
   const Formats& f = kFormats[3];
@@ -151,11 +152,9 @@ TEST(GemmStreamingRoles, AutomaticChoiceAndClearRefusals) {
   GemmContext ctx(gpu);
   GemmOptions opts;
   const auto [x65, w65] = operands(65, 256);
-  gemm(x65, w65, GemmRole::fprop, opts, ctx);  // 65 rows: cuBLASLt
-  EXPECT_EQ(ctx.stats().streaming_calls, 0);
   const auto [x64, w64] = operands(64, 256);
-  gemm(x64, w64, GemmRole::fprop, opts, ctx);  // 64 rows: streaming
-  EXPECT_EQ(ctx.stats().streaming_calls, 1);
+  gemm(x64, w64, GemmRole::fprop, opts, ctx);  // automatic: cuBLASLt (the streaming kernel is opt-in)
+  EXPECT_EQ(ctx.stats().streaming_calls, 0);
 
   opts.kernel = GemmKernel::streaming;
   try {

@@ -267,7 +267,7 @@ Command add_bench_gemm(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp8_per_tensor", "fp8_block"}));
   sub->add_option("--role", args->role, "GEMM role")->check(CLI::IsMember({"fprop", "dgrad", "wgrad"}));
   sub->add_option("--device", args->device, "auto | cuda | cuda:N | cpu");
-  sub->add_option("--kernel", args->kernel, "fp8 CUDA kernel: auto (streaming for <= 64 rows) | cublaslt | streaming")
+  sub->add_option("--kernel", args->kernel, "fp8 CUDA kernel: auto (cuBLASLt) | cublaslt | streaming (opt-in, <= 64 rows)")
       ->check(CLI::IsMember({"auto", "cublaslt", "streaming"}));
   sub->add_option("--warmup", args->warmup, "untimed runs")->check(CLI::NonNegativeNumber);
   sub->add_option("--repeats", args->repeats, "timed runs (median reported)")->check(CLI::PositiveNumber);
