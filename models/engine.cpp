@@ -156,9 +156,9 @@ HostTensor Engine::forward(const HostTensor& input) {
     m.step_ms.push_back(ms);
     m.total_ms += ms;
     m.tokens_done += x.size(0);
-    if (!(m.spec().parallel.sequence_parallel && m.world() > 1)) return tensor_to_host(outs[0]);
+    const int64_t n = m.local_tokens(x.size(0));
+    if (n == x.size(0)) return tensor_to_host(outs[0]);  // every rank holds all tokens (no SP split)
     te::Tensor full = te::Tensor::empty({x.size(0), hidden}, m.spec().model.dtype);
-    const int64_t n = x.size(0) / m.world();
     for (int r = 0; r < m.world(); ++r) full.narrow(0, r * n, n).copy_from(outs[r].to(te::Device::cpu()));
     return tensor_to_host(full);
   });

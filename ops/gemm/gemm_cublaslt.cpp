@@ -554,20 +554,24 @@ void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor
     }
     return;
   }
-  if (!a.is_quantized() && !b.is_quantized()) {
+  const bool fp8 = [&] {
+    if (!a.is_quantized() || !b.is_quantized()) return false;
+    const QuantFormat fa = a.quantized().format, fb = b.quantized().format;
+    return (fa == QuantFormat::fp8_per_tensor && fb == QuantFormat::fp8_per_tensor) || (is_block(fa) && is_block(fb));
+  }();
+  TE_CHECK_HINT(fp8 || opts.kernel != GemmKernel::streaming,
+                "GEMM " << gemm_role_name(role) << ": the weight-streaming kernel runs fp8 per-tensor or block-scaled "
+                        << "operands only, not " << a.str() << " × " << b.str(),
+                "leave GemmOptions::kernel automatic");
+  if (fp8) {
+    run_fp8(ctx, a, b, role, out, opts, stream);
+  } else if (!a.is_quantized() && !b.is_quantized()) {
     Tensor lhs, rhs;
     role_views(role, as_2d(a.tensor(), stream), as_2d(b.tensor(), stream), lhs, rhs);
     run_hp(ctx, role, lhs, rhs, out, opts, nullptr, stream);
-    return;
+  } else {
+    run_emulated(ctx, a, b, role, out, opts, stream);
   }
-  if (a.is_quantized() && b.is_quantized()) {
-    const QuantFormat fa = a.quantized().format, fb = b.quantized().format;
-    if ((fa == QuantFormat::fp8_per_tensor && fb == QuantFormat::fp8_per_tensor) || (is_block(fa) && is_block(fb))) {
-      run_fp8(ctx, a, b, role, out, opts, stream);
-      return;
-    }
-  }
-  run_emulated(ctx, a, b, role, out, opts, stream);
 }
 
 }  // namespace detail

@@ -1,11 +1,11 @@
-// CUDA LayerNorm/RMSNorm. Forward: one block per row, the row held in registers (16-byte loads), fp32 two-pass
-// statistics, one rounding per output. Backward: one block per row for dx; dgamma/dbeta by the deterministic
-// column reduction in ops/elementwise/column_sum.cuh.
-#include "ops/elementwise/column_sum.cuh"
+// CUDA LayerNorm/RMSNorm. Forward: a persistent grid, one block per row at a time with the next row already in
+// registers (16-byte loads), fp32 statistics from one (mean, M2) merge per row, one rounding per output. Backward:
+// one block per row for dx; dgamma/dbeta by the deterministic column reduction in ops/elementwise/column_sum.cuh.
 #include <cuda_bf16.h>
 
 #include <type_traits>
 
+#include "ops/elementwise/column_sum.cuh"
 #include "ops/norm/norm_kernels.cuh"
 
 namespace te::cuda {

@@ -1,6 +1,6 @@
 // Row kernels shared by the plain norm forward (norm.cu) and the fused norm + quantize forward
-// (norm_quantize.cu). Both use the same launch shape and the same per-row code, so the fused path's
-// high-precision values are bit-identical to the plain path's output before it is quantized.
+// (norm_quantize.cu). Both use the same block size and the same per-row code (the reduction order depends only on
+// the block size), so the fused path's statistics and high-precision values are bit-identical to the plain path's.
 #pragma once
 #include <algorithm>
 
@@ -20,7 +20,7 @@ constexpr int vec_width() { return 16 / static_cast<int>(sizeof(TX)); }
 // Threads per row: enough that kItems chunks cover the row, a multiple of 32, at most kMaxThreads (the kernels'
 // __launch_bounds__, which leaves each thread 128 registers: the cached row never spills).
 constexpr int kMaxThreads = 512;
-constexpr int kMinBlocks = 2;  // caps registers at 64 per thread: occupancy hides the row's load latency
+constexpr int kMinBlocks = 2;  // (fused kernel) caps registers at 64 per thread: occupancy hides the load latency
 inline int threads_for(int64_t chunks) {
   const int64_t t = (chunks + kItems - 1) / kItems;
   return static_cast<int>(std::clamp<int64_t>((t + 31) / 32 * 32, 32, kMaxThreads));

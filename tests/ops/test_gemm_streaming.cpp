@@ -170,8 +170,18 @@ TEST(GemmStreamingRoles, OptInOnlyAndClearRefusals) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("multiple of 128"), std::string::npos) << e.what();
   }
-  opts.kernel = GemmKernel::automatic;  // the same problem runs on cuBLASLt (zero-padded)
+  const Tensor xb = test::random_2d(8, 256, DType::bf16, 53, gpu, Layout::contiguous);
+  const Tensor wb = test::random_2d(128, 256, DType::bf16, 54, gpu, Layout::contiguous);
+  try {
+    gemm(xb, wb, GemmRole::fprop, opts, ctx);
+    FAIL() << "bf16 operands were accepted by the streaming kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8 per-tensor or block-scaled operands only"), std::string::npos)
+        << e.what();
+  }
+  opts.kernel = GemmKernel::automatic;  // the same problems run on cuBLASLt (zero-padded)
   EXPECT_NO_THROW(gemm(x200, w200, GemmRole::fprop, opts, ctx));
+  EXPECT_NO_THROW(gemm(xb, wb, GemmRole::fprop, opts, ctx));
 }
 
 }  // namespace
