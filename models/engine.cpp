@@ -25,7 +25,6 @@ using detail::translate;
 
 struct Engine::Impl {
   std::unique_ptr<te::RankGroup> group;  // spec, parameters, and per rank a communicator, context and model
-  te::Device device;
   std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per rank (run.executor: graph)
   std::mutex mu;  // forward/train_step are serialised
   std::vector<double> step_ms;
@@ -35,6 +34,7 @@ struct Engine::Impl {
   int64_t step = 0;
 
   const te::ModelSpec& spec() const { return group->spec; }
+  te::Device device() const { return group->ctxs[0]->device; }
   int world() const { return group->world(); }
   bool graph_forward() const {
     return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
@@ -79,7 +79,6 @@ void Engine::Impl::build(te::ModelSpec spec, te::GlobalParams params) {
   auto next = std::make_unique<te::RankGroup>(std::move(spec), std::move(params), dev);
   graphs.clear();
   group = std::move(next);
-  device = dev;
   graphs.resize(static_cast<size_t>(world()));
 }
 
@@ -88,7 +87,7 @@ te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, te::DType dtype)
   const te::Tensor rows = n == g.size(0) ? g : g.narrow(0, r * n, n);
   // Cast where the rank computes (one kernel on a GPU), not element by element on the host.
   const te::Stream& st = group->ctxs[r]->stream;
-  te::Tensor on_device = rows.contiguous().to(device, st);
+  te::Tensor on_device = rows.contiguous().to(device(), st);
   return on_device.dtype() == dtype ? on_device : te::cast(on_device, dtype, st);
 }
 
@@ -203,14 +202,14 @@ std::string Engine::metrics_json() const {
   nlohmann::json j = {
       {"model", m.spec().name},
       {"mode", std::string(te::run_mode_name(m.spec().run.mode))},
-      {"device", m.device.str()},
+      {"device", m.device().str()},
       {"world_size", m.world()},
       {"recipe", std::string(te::recipe_name(m.spec().precision.recipe))},
       {"tokens", m.spec().run.tokens},
       {"steps", static_cast<int64_t>(m.step_ms.size())},
       {"step_ms", m.step_ms},
       {"tokens_per_s", m.total_ms > 0 ? static_cast<double>(m.tokens_done) / (m.total_ms * 1e-3) : 0.0},
-      {"peak_bytes", te::memory_stats(m.device).peak_bytes},
+      {"peak_bytes", te::memory_stats(m.device()).peak_bytes},
       {"loss", m.losses},
       {"comm",
        {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
@@ -229,7 +228,7 @@ std::string Engine::explain() const {
   const bool sp = m.spec().parallel.sequence_parallel && w > 1;
   const int64_t local_tokens = m.local_tokens(m.spec().run.tokens);
   te::RecipeConfigs rc = te::recipe_configs(m.spec().precision, m.spec().run.seed);
-  o << "device " << m.device.str() << ", " << w << " rank(s) on the local communicator\n";
+  o << "device " << m.device().str() << ", " << w << " rank(s) on the local communicator\n";
   o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec().model.hidden << "]):\n";
   // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
   auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {

@@ -332,6 +332,7 @@ void role_views(GemmRole role, const Tensor& a2, const Tensor& b2, Tensor& lhs, 
 struct TnOperand {
   Tensor data;   // [rows, depth] fp8, depth contiguous
   Tensor scale;  // fp32 scale_inv in the NUMERICS.md §3 layout of that copy
+  int64_t scale_ld = 1;  // its row length (the last dim of that layout)
   QuantFormat format;
 };
 
@@ -363,6 +364,7 @@ TnOperand tn_operand(const GemmOperand& op, Usage u, GemmRole role, const char* 
                 "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str() << " " << usage_name(u)
                         << " scale_inv is " << t.scale.str() << ", expected contiguous f32 " << shape_str(want),
                 "scale layouts are fixed by shared/NUMERICS.md §3");
+  t.scale_ld = want.empty() ? 1 : want.back();
   return t;
 }
 
@@ -376,11 +378,12 @@ bool pad_operand(TnOperand& t, int64_t rows_p, int64_t depth_p, const Stream& st
   Tensor p = Tensor::zeros({rows_p, depth_p}, t.data.dtype(), t.data.device(), stream);
   p.narrow(0, 0, rows).narrow(1, 0, depth).copy_from(t.data, stream);
   t.data = p;
-  if (t.format == QuantFormat::fp8_block_1d && round_up(rows, 4) != rows_p) {
+  if (t.format == QuantFormat::fp8_block_1d && t.scale_ld != rows_p) {
     const int64_t kb = ceil_div(depth, 128);
     Tensor s = Tensor::zeros({kb, rows_p}, DType::f32, t.data.device(), stream);
-    s.narrow(1, 0, rows).copy_from(t.scale.reshape({kb, round_up(rows, 4)}).narrow(1, 0, rows), stream);
+    s.narrow(1, 0, rows).copy_from(t.scale.reshape({kb, t.scale_ld}).narrow(1, 0, rows), stream);
     t.scale = s;
+    t.scale_ld = rows_p;
   }
   return true;
 }
@@ -412,11 +415,7 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
   g.lhs_dtype = lhs.data.dtype(), g.rhs_dtype = rhs.data.dtype();
   g.lhs_scale = lhs.scale.data<float>(), g.rhs_scale = rhs.scale.data<float>();
   g.lhs_kind = streaming_scale(lhs.format), g.rhs_kind = streaming_scale(rhs.format);
-  // NUMERICS.md §3: 1D scales [blocks, rows rounded up to 4]; 2D [row tiles, blocks rounded up to 4].
-  const auto scale_ld = [&](QuantFormat f, int64_t rows) {
-    return f == QuantFormat::fp8_block_1d ? round_up(rows, 4) : round_up(ceil_div(D, 128), 4);
-  };
-  g.lhs_scale_ld = scale_ld(lhs.format, P), g.rhs_scale_ld = scale_ld(rhs.format, Q);
+  g.lhs_scale_ld = lhs.scale_ld, g.rhs_scale_ld = rhs.scale_ld;
   g.P = P, g.Q = Q, g.D = D;
   g.out_dtype = out.dtype();
   const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"

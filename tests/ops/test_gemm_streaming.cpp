@@ -60,6 +60,14 @@ std::vector<double> reference(const QuantizedTensor& qx, const QuantizedTensor& 
   return out;
 }
 
+// f32 output through the streaming kernel (not chosen automatically).
+GemmOptions forced_streaming() {
+  GemmOptions o;
+  o.out_dtype = DType::f32;
+  o.kernel = GemmKernel::streaming;
+  return o;
+}
+
 using Param = std::tuple<Formats, Problem>;
 class GemmStreaming : public ::testing::TestWithParam<Param> {};
 
@@ -71,9 +79,7 @@ TEST_P(GemmStreaming, MatchesFloat64OfDequantizedOperands) {
   const Tensor w = test::random_2d(p.Q, p.D, DType::bf16, 32, Device::cpu(), Layout::contiguous, 0.05f);
   const QuantizedTensor qx = quantize_on(x, f.fx, f.dx, gpu), qw = quantize_on(w, f.fw, f.dw, gpu);
   GemmContext ctx(gpu);
-  GemmOptions opts;
-  opts.out_dtype = DType::f32;
-  opts.kernel = GemmKernel::streaming;
+  const GemmOptions opts = forced_streaming();
   const Tensor got = gemm(qx, qw, GemmRole::fprop, opts, ctx);
   EXPECT_EQ(ctx.stats().streaming_calls, 1);
   EXPECT_LE(test::rel_l2(reference(qx, qw, p, 1.0, {}, {}), got.to_f32_vector()), test::kTolF32);
@@ -129,9 +135,7 @@ TEST(GemmStreamingRoles, DgradMatchesCublasLt) {
   const QuantizedTensor qdy = Quantizer(cg, Usage::rowwise).quantize(dy.to(gpu));
   const QuantizedTensor qw = Quantizer(cw, Usage::both).quantize(w.to(gpu));
   GemmContext ctx(gpu);
-  GemmOptions opts;
-  opts.out_dtype = DType::f32;
-  opts.kernel = GemmKernel::streaming;
+  GemmOptions opts = forced_streaming();
   const Tensor got = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);
   EXPECT_EQ(ctx.stats().streaming_calls, 1);
   opts.kernel = GemmKernel::cublaslt;
