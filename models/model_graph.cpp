@@ -107,7 +107,7 @@ struct ForwardBuilder {
   // which case the linear is appended too. Returns the value after the stage(s) and whether `next` was consumed.
   std::pair<int, bool> activation(ActKind act, int h, ParallelLinear* next) {
     const std::string act_name(act_kind_name(act));
-    if (!(next && next->fuses_activation_quantize(ctx)))
+    if (!(next && next->fuses_activation_quantize()))
       return {b.add1(model_op(ModelOp::act), {h}, {{"act", act_name}}, next ? layer_name(*next) + ".act" : "act"),
               false};
     const int64_t idx = static_cast<int64_t>(binding.linears.size());

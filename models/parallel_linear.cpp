@@ -4,6 +4,7 @@
 
 #include "comm/gather.h"
 #include "engine/error.h"
+#include "models/param_grad.h"
 #include "ops/act/act.h"
 #include "ops/act/act_quantize.h"
 #include "ops/elementwise/elementwise.h"
@@ -15,10 +16,6 @@ namespace {
 // tp = 1 use the same scale; a group of one needs no reduction.
 AmaxReducer group_amax_reducer(const RankContext& ctx) {
   return ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer();
-}
-// grad += g (both f32, same shape).
-void accumulate(RankParam* p, const Tensor& g, const Stream& stream) {
-  if (p) add(p->grad, g, Tensor(), p->grad, stream);
 }
 }  // namespace
 
@@ -54,9 +51,7 @@ bool ParallelLinear::fuses_norm_quantize(const RankContext& ctx) const {
   return mode_ == ParallelMode::column && p_.norm_weight && q_input_ && !ctx.training && !ctx.gathers();
 }
 
-bool ParallelLinear::fuses_activation_quantize(const RankContext& ctx) const {
-  return mode_ == ParallelMode::row && q_input_ && !ctx.training;
-}
+bool ParallelLinear::fuses_activation_quantize() const { return mode_ == ParallelMode::row && q_input_.has_value(); }
 
 QuantizedTensor ParallelLinear::norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s) {
   // Fused where norm_forward_quantized has a kernel; the same bytes as norm then quantize either way. Nothing saved.
@@ -92,8 +87,10 @@ GemmOperand ParallelLinear::local_input(const Tensor& x, RankContext& ctx, const
 
 QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s) {
   // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of quantize(act(pre)).
+  // Training keeps the activation itself (the backward quantizes it column-wise for wgrad), from the same pass.
   q_input_->set_usages(Usage::rowwise);
-  return act_forward_quantized(act, pre, ctx.dtype, *q_input_, s, group_amax_reducer(ctx));
+  return act_forward_quantized(act, pre, ctx.dtype, *q_input_, s, group_amax_reducer(ctx),
+                               ctx.training ? &x_ : nullptr);
 }
 
 Tensor ParallelLinear::fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s) {
@@ -140,7 +137,7 @@ Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
 }
 
 Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx) {
-  if (fuses_activation_quantize(ctx))
+  if (fuses_activation_quantize())
     return reduce_partial(row_gemm(GemmOperand(act_quantized(act, pre, ctx, ctx.stream)), Tensor(), ctx, ctx.stream),
                           ctx, ctx.stream);
   return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
@@ -148,11 +145,9 @@ Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, 
 
 Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   TE_CHECK(x_.defined(), "backward without a training forward (set run.mode: train)");
-  GemmOptions dgrad_opts, wgrad_opts;
+  GemmOptions dgrad_opts;
   dgrad_opts.out_dtype = ctx.dtype;
-  wgrad_opts.out_dtype = DType::f32;
-  wgrad_opts.accumulate = true;
-  if (p_.bias) accumulate(p_.bias, bias_grad(dy, DType::f32, ctx.stream), ctx.stream);
+  if (p_.bias) add_to_grad(*p_.bias, bias_grad(dy, DType::f32, ctx.stream), ctx.stream);
 
   if (mode_ == ParallelMode::column) {
     // dy [T, N/W] is local to this rank's features: quantize both copies without communication.
@@ -182,7 +177,7 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
     } else {
       h_op = quantize_local(q_input_, h_, Usage::columnwise, ctx, ctx.stream);
     }
-    gemm(dy_op, h_op, GemmRole::wgrad, p_.weight->grad, wgrad_opts, *ctx.gemm, ctx.stream);  // [N/W, H]
+    wgrad_into_grad(*p_.weight, dy_op, h_op, *ctx.gemm, ctx.stream);  // [N/W, H]
     if (ctx.gathers()) {
       rs.work.wait();
       dx = rs.output;
@@ -193,8 +188,8 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
                                 : Tensor();
     Tensor dx_in = Tensor::empty(x_.shape(), ctx.dtype, ctx.device, ctx.stream);
     norm_backward(norm_, dx, x_, mean_, rstd_, p_.norm_weight->value, dx_in, dgamma, dbeta, ctx.stream);
-    accumulate(p_.norm_weight, dgamma, ctx.stream);
-    if (p_.norm_bias) accumulate(p_.norm_bias, dbeta, ctx.stream);
+    add_to_grad(*p_.norm_weight, dgamma, ctx.stream);
+    if (p_.norm_bias) add_to_grad(*p_.norm_bias, dbeta, ctx.stream);
     return dx_in;
   }
   // Row-parallel: dy [T/W, H] (SP) → gathered [T, H] with both copies (quantized where §4 allows).
@@ -208,8 +203,8 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   }
   Tensor dx = gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
                    ctx.stream);  // [T, N/W]
-  gemm(dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream), GemmRole::wgrad, p_.weight->grad, wgrad_opts,
-       *ctx.gemm, ctx.stream);  // [H, N/W]
+  wgrad_into_grad(*p_.weight, dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream), *ctx.gemm,
+                  ctx.stream);  // [H, N/W]
   return dx;
 }
 

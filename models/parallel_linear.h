@@ -50,13 +50,14 @@ class ParallelLinear {
   const Quantizer* input_quantizer() const { return q_input_ ? &*q_input_ : nullptr; }
   // Inference with a norm under a quantized recipe and nothing to gather: the norm writes the quantized GEMM input.
   bool fuses_norm_quantize(const RankContext& ctx) const;
-  // Inference under a quantized recipe, this layer row-parallel: the activation before it writes its quantized input.
-  bool fuses_activation_quantize(const RankContext& ctx) const;
+  // A quantized recipe, this layer row-parallel: the activation before it writes its quantized input (and, when
+  // training, the activation itself, from the same pass).
+  bool fuses_activation_quantize() const;
   QuantizedTensor norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s);
   Tensor norm(const Tensor& x, Tensor out, RankContext& ctx, const Stream& s);  // saves statistics when training
   GemmOperand gather_input(const Tensor& h, RankContext& ctx, const Stream& s);  // column, SP: [T/W, H] → [T, H]
   GemmOperand local_input(const Tensor& x, RankContext& ctx, const Stream& s);   // quantized row-wise, or x
-  QuantizedTensor act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s);  // row, inference
+  QuantizedTensor act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s);  // row-parallel
   Tensor column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);
   Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);  // this rank's partial sum
   Tensor reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s);       // over the group

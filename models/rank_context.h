@@ -32,6 +32,8 @@ struct RankParam {
   Tensor grad;    // f32, local shape (training)
   Tensor state1, state2;  // momentum / Adam moments (training)
   bool grad_all_reduce = false;  // replicated over the group but computed from local tokens (SP): sum over ranks
+  // grad still holds an earlier step's values: the step's first contribution writes it (models/param_grad.h).
+  bool grad_stale = false;
 };
 
 }  // namespace te

@@ -5,7 +5,9 @@
 #include "comm/gather.h"
 #include "engine/error.h"
 #include "graph/optimizer.h"
+#include "models/param_grad.h"
 #include "ops/elementwise/elementwise.h"
+#include "ops/elementwise/squared_error.h"
 
 namespace te {
 namespace {
@@ -131,22 +133,26 @@ float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step)
 
 float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
   TE_CHECK(ctx_.training, "forward_backward on a model built for inference (set run.mode: train)");
-  for (RankParam& p : params_) p.grad.fill(0.0, ctx_.stream);
+  begin_grad_step(params_);  // no zero fill: each gradient's first contribution writes it
   Tensor out = forward(x);
   // loss = Σ (out − target)² / (T·H) over the global tensor; every rank holds T/W (SP) or all T tokens.
-  Tensor diff = add(cast(out, DType::f32, ctx_.stream), scale_tensor(cast(target, DType::f32, ctx_.stream), -1.f,
-                                                                      ctx_.stream), Tensor(), ctx_.stream);
   const int64_t global_tokens = out.size(0) * (ctx_.sequence_parallel ? ctx_.world() : 1);
   const double n = static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
-  Tensor sum = sum_squares(diff, ctx_.stream);  // on the device: one number crosses to the host below
-  if (ctx_.gathers()) all_reduce(sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
-  const float loss = static_cast<float>(sum.to_f32_vector(ctx_.stream)[0] / n);
-  if (!std::isfinite(loss)) return loss;
+  // One pass: dy = (2/n)(out − target) and the local Σ (out − target)², kept on the device: one number crosses to
+  // the host below.
+  SquaredError se = squared_error(out, target, static_cast<float>(2.0 / n), ctx_.dtype, ctx_.stream);
+  if (ctx_.gathers()) all_reduce(se.sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
+  const float loss = static_cast<float>(se.sum.to_f32_vector(ctx_.stream)[0] / n);
+  if (!std::isfinite(loss)) {
+    finish_grad_step(params_, ctx_.stream);  // no backward: every gradient is 0
+    return loss;
+  }
 
-  Tensor dy = cast(scale_tensor(diff, static_cast<float>(2.0 / n), ctx_.stream), ctx_.dtype, ctx_.stream);
+  Tensor dy = se.grad;
   for (auto li = layers_.rbegin(); li != layers_.rend(); ++li)
     for (auto bi = li->rbegin(); bi != li->rend(); ++bi)
       dy = add(dy, backprop_branch(*bi, dy), Tensor(), ctx_.stream);  // residual: d(x + f(x)) = dy + f'ᵀ dy
+  finish_grad_step(params_, ctx_.stream);
   for (auto& branches : layers_)
     for (BranchStages& b : branches)
       for (Stage& s : b)

@@ -22,8 +22,9 @@ class RankModel {
   // One optimizer step on mean((forward(x) - target)²) over all T·H elements; returns that loss (every rank).
   // A non-finite loss leaves the weights untouched (no backward, no update).
   float train_step(const Tensor& x, const Tensor& target, int64_t step);
-  // The same without the optimizer update: loss, backward, gradients accumulated into each parameter's grad
-  // (zeroed first). A non-finite loss skips backward.
+  // The same without the optimizer update: loss, backward, and each parameter's grad holding this step's gradient
+  // alone (written by its first contribution, models/param_grad.h). A non-finite loss skips backward and leaves
+  // every grad 0.
   float forward_backward(const Tensor& x, const Tensor& target);
   // Copies this rank's master shards into the global tensors (host).
   void export_params(GlobalParams& global) const;

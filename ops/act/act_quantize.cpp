@@ -1,15 +1,18 @@
 // Activation + quantize: one fused CUDA pass where the quantizer has one (row-wise FP8 block 1D / MXFP8 of a
 // contiguous 16-bit tensor, GELU or ReLU), else act_forward into out_dtype followed by the quantizer. Both give the
-// same bytes: the fused kernel rounds the activation to out_dtype before quantizing, as act_forward does.
+// same bytes: the fused kernel rounds the activation to out_dtype before quantizing, as act_forward does (and can
+// store that rounded activation too, for a training forward).
 #include "ops/act/act_quantize.h"
 
 namespace te {
 
 QuantizedTensor act_forward_quantized(ActKind kind, const Tensor& x, DType out_dtype, Quantizer& quantizer,
-                                      const Stream& stream, const AmaxReducer& reduce) {
+                                      const Stream& stream, const AmaxReducer& reduce, Tensor* act_out) {
   if (kind != ActKind::swiglu && out_dtype == x.dtype() && quantizer.can_fuse_activation(x))
-    return quantizer.quantize_activation(kind == ActKind::gelu ? QuantPreAct::gelu : QuantPreAct::relu, x, stream);
+    return quantizer.quantize_activation(kind == ActKind::gelu ? QuantPreAct::gelu : QuantPreAct::relu, x, stream,
+                                         act_out);
   const Tensor y = act_forward(kind, x, out_dtype, stream);  // [..., F] out_dtype
+  if (act_out) *act_out = y;
   return quantizer.quantize(y, stream, reduce);
 }
 

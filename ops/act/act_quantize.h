@@ -8,8 +8,10 @@
 
 namespace te {
 
-// x [..., F_in] (see act.h) → QuantizedTensor of logical shape [..., F], original dtype out_dtype.
+// x [..., F_in] (see act.h) → QuantizedTensor of logical shape [..., F], original dtype out_dtype. With `act_out`,
+// also the activation itself in out_dtype (a training forward keeps it): written by the same fused pass.
 QuantizedTensor act_forward_quantized(ActKind kind, const Tensor& x, DType out_dtype, Quantizer& quantizer,
-                                      const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+                                      const Stream& stream = Stream(), const AmaxReducer& reduce = {},
+                                      Tensor* act_out = nullptr);
 
 }  // namespace te

@@ -4,6 +4,7 @@
 
 #include "engine/element.h"
 #include "ops/elementwise/cuda_common.cuh"
+#include "ops/elementwise/deterministic_sum.cuh"
 #include "ops/elementwise/elementwise_impl.h"
 
 namespace te::cuda {
@@ -55,28 +56,15 @@ __global__ void scale_kernel(const void* x, DType tx, float alpha, void* out, DT
 }
 
 // Σ x² in double: a fixed grid folds fixed grid-stride shares (so the order, and the result, never change), then
-// one CTA adds the per-CTA partials in index order.
+// sum_partials adds the per-CTA partials (deterministic_sum.cuh).
 constexpr int kSumBlocks = kSumSquaresPartials, kSumThreads = 256;
 __global__ void sum_squares_partial(const void* x, DType tx, int64_t n, double* partial) {
-  __shared__ double warp_sum[kSumThreads / 32];
   double acc = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const double v = load_f32(x, tx, i);
     acc += v * v;
   }
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
-  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double s = 0;
-    for (int w = 0; w < kSumThreads / 32; ++w) s += warp_sum[w];
-    partial[blockIdx.x] = s;
-  }
-}
-__global__ void sum_partials(const double* partial, int n, float* out) {
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += partial[i];
-  *out = static_cast<float>(s);
+  block_sum_to_partial<kSumThreads>(acc, partial);
 }
 
 // 32x32 tile through shared memory: coalesced reads of x rows and writes of out rows. Block (32, 8).
@@ -149,8 +137,7 @@ void scale(const void* x, DType tx, float alpha, void* out, DType tout, int64_t 
 void sum_squares(const void* x, DType tx, int64_t n, double* p, float* out, const Stream& stream) {
   sum_squares_partial<<<kSumBlocks, kSumThreads, 0, raw_stream(stream)>>>(x, tx, n, p);
   TE_CUDA_CHECK_LAUNCH();
-  sum_partials<<<1, 1, 0, raw_stream(stream)>>>(p, kSumBlocks, out);
-  TE_CUDA_CHECK_LAUNCH();
+  sum_partials(p, kSumBlocks, out, stream);
 }
 
 void transpose_2d(const void* x, void* out, int elem_bytes, int64_t rows, int64_t cols, const Stream& stream) {

@@ -1,5 +1,5 @@
-// CUDA LayerNorm/RMSNorm. Forward: a persistent grid, one block per row at a time with the next row already in
-// registers (16-byte loads), fp32 statistics from one (mean, M2) merge per row, one rounding per output. Backward:
+// CUDA LayerNorm/RMSNorm. Forward: a small block per row, the row in registers (16-byte loads), fp32
+// statistics from one (mean, M2) merge per row, one rounding per output. Backward:
 // one block per row for dx; dgamma/dbeta by the deterministic column reduction in ops/elementwise/column_sum.cuh.
 #include <cuda_bf16.h>
 
@@ -13,6 +13,7 @@ namespace {
 using namespace norm_detail;
 
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
+constexpr int kBwdItems = 4;  // the backward streams its chunks (no cache): blocks of 128 threads for H = 4096 bf16
 
 // Stores VEC outputs; bf16 pairs by the hardware cvt.rn (the library's rounding for every finite value; a NaN
 // keeps the library's quiet-with-payload bits).
@@ -34,8 +35,8 @@ __device__ __forceinline__ void store_out(TO* p, int c, const float (&y)[VEC]) {
   }
 }
 
-// Persistent: each block loops over rows (stride gridDim.x) and loads the next row into registers while it reduces
-// and writes the current one, so HBM always has loads in flight.
+// A small block per row (two warps for H = 4096 bf16), the row in registers, no prefetch: at 64 registers many
+// blocks fit per SM, and their rows are the loads in flight.
 template <class TX, class TP, class TO, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
                                                                const TP* __restrict__ beta, TO* __restrict__ out,
@@ -43,16 +44,13 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
                                                                float eps, bool rms) {
   __shared__ float smem[96];
   const int nch = static_cast<int>(H / VEC);
-  Vec<TX, VEC> cur[kItems], next[kItems];
-  int64_t row = blockIdx.x;
-  if (row < M) load_row<TX, VEC>(x + row * H, nch, cur);
-  for (; row < M; row += gridDim.x) {
-    const int64_t nrow = row + gridDim.x;
-    if (nrow < M) load_row<TX, VEC>(x + nrow * H, nch, next);
+  for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
     const TX* xr = x + row * H;
     TO* yr = out + row * H;
+    Vec<TX, VEC> v[kItems];
+    load_row<TX, VEC>(xr, nch, v);
     float mu, rstd;
-    row_stats<TX, VEC>(cur, xr, nch, H, rms, eps, smem, mu, rstd);
+    row_stats<TX, VEC>(v, xr, nch, H, rms, eps, smem, mu, rstd);
     if (threadIdx.x == 0) {
       if (mean_out) mean_out[row] = mu;
       rstd_out[row] = rstd;
@@ -62,7 +60,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
       const int c = threadIdx.x + i * blockDim.x;
       if (c < nch) {
         float t[VEC], gg[VEC], bb[VEC], y[VEC];
-        unpack<TX, VEC>(cur[i], t);
+        unpack<TX, VEC>(v[i], t);
         load_params<TP, VEC>(gamma, beta, c, gg, bb);  // L1 hits after the first row
         normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
         store_out<TO, VEC>(yr, c, y);
@@ -75,19 +73,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
       normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
       store_out<TO, VEC>(yr, c, y);
     }
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) cur[j] = next[j];
   }
-}
-
-// Blocks for the persistent forward: as many as fit on the device at once (never more than rows).
-template <class Kernel>
-int64_t resident_blocks(Kernel kernel, int threads, int64_t rows) {
-  int device = 0, sms = 0, per_sm = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&device));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  return std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(sms) * std::max(per_sm, 1)));
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (RMSNorm: no mean(g) term).
@@ -169,7 +155,7 @@ void norm_forward(const NormFwdArgs& a, const Stream& stream) {
         const bool rms = a.kind == NormKind::rmsnorm;
         const auto launch = [&](auto kernel, int vw) {
           const int threads = threads_for(a.cols / vw);
-          const int64_t grid = resident_blocks(kernel, threads, a.rows);
+          const int64_t grid = std::max<int64_t>(1, std::min(a.rows, kMaxGrid));
           kernel<<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
               static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
               static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps, rms);
@@ -196,7 +182,7 @@ void norm_backward(const NormBwdArgs& a, const Stream& stream) {
                          (reinterpret_cast<uintptr_t>(a.gamma) % (sizeof(TP) * V)) == 0 &&
                          (reinterpret_cast<uintptr_t>(a.dx) % (sizeof(TD) * V)) == 0;
         const int64_t grid = std::min(a.rows, kMaxGrid);
-        const int threads = std::min(kMaxThreads, threads_for(vec ? a.cols / V : a.cols));
+        const int threads = threads_for(vec ? a.cols / V : a.cols, kBwdItems);
         if (vec) {
           norm_bwd_dx_kernel<TX, TP, TD, V><<<static_cast<unsigned>(grid), threads, 0, raw_stream(stream)>>>(
               static_cast<const TX*>(a.dy), static_cast<const TX*>(a.x), a.mean, a.rstd,

@@ -10,19 +10,20 @@
 namespace te::cuda::norm_detail {
 
 // Chunks of VEC elements each thread keeps in registers; rows longer than kItems * blockDim * VEC re-read the
-// rest (from L1/L2) instead of spilling.
-constexpr int kItems = 4;
+// rest (from L1/L2) instead of spilling. 8 chunks (32 registers of 16-bit x; the kernels stay at 64 registers,
+// 16 chunks took 128 and spilled): a row of H = 4096 bf16 is one block of two warps, 16 such blocks per SM keep
+// 128 KB of loads in flight; H ≤ 2048 is a single warp, whose statistics need no barrier.
+constexpr int kItems = 8;
 
 // 16-byte vectors when every pointer and the row length allow it, else scalar.
 template <class TX>
 constexpr int vec_width() { return 16 / static_cast<int>(sizeof(TX)); }
 
-// Threads per row: enough that kItems chunks cover the row, a multiple of 32, at most kMaxThreads (the kernels'
-// __launch_bounds__, which leaves each thread 128 registers: the cached row never spills).
+// Threads per row: enough that `items` chunks each cover the row, a multiple of 32, at most kMaxThreads (the
+// kernels' __launch_bounds__, which leaves each thread 128 registers: the cached row never spills).
 constexpr int kMaxThreads = 512;
-constexpr int kMinBlocks = 2;  // (fused kernel) caps registers at 64 per thread: occupancy hides the load latency
-inline int threads_for(int64_t chunks) {
-  const int64_t t = (chunks + kItems - 1) / kItems;
+inline int threads_for(int64_t chunks, int items = kItems) {
+  const int64_t t = (chunks + items - 1) / items;
   return static_cast<int>(std::clamp<int64_t>((t + 31) / 32 * 32, 32, kMaxThreads));
 }
 
@@ -54,7 +55,7 @@ __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
 }
 
 // Merges every thread's moments; all threads get the same result (warp tree to lane 0, then each thread folds the
-// per-warp results in warp order). One barrier pair per row instead of two block sums.
+// per-warp results in warp order; a one-warp block broadcasts lane 0's). One barrier pair per row at most.
 __device__ __forceinline__ Moments block_moments(Moments m, float* smem) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -63,6 +64,9 @@ __device__ __forceinline__ Moments block_moments(Moments m, float* smem) {
     m = merge(m, other);
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (nwarps == 1)  // a warp per row: lane 0 holds the result
+    return Moments{__shfl_sync(0xffffffffu, m.n, 0), __shfl_sync(0xffffffffu, m.mean, 0),
+                   __shfl_sync(0xffffffffu, m.m2, 0)};
   __syncthreads();  // smem may still be read for the previous row
   if (lane == 0) smem[3 * warp] = m.n, smem[3 * warp + 1] = m.mean, smem[3 * warp + 2] = m.m2;
   __syncthreads();
@@ -71,61 +75,50 @@ __device__ __forceinline__ Moments block_moments(Moments m, float* smem) {
   return r;
 }
 
-// Statistics of one row from this thread's cached chunks v (load_row) and the re-read rest: each thread's mean and
-// squared deviations in registers (no cancellation as in E[x²] - E[x]²), then one block merge. RMSNorm: mean 0,
-// rstd from the mean of squares. smem holds at least 3 * 32 floats.
+// (count, mean, M2) of one chunk's VEC values (RMSNorm: mean 0, M2 the sum of squares).
+template <int VEC>
+__device__ __forceinline__ Moments chunk_moments(const float (&t)[VEC], bool rms) {
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) s += rms ? t[k] * t[k] : t[k];
+  if (rms) return {float(VEC), 0.f, s};
+  const float mean = s * (1.f / VEC);
+  float q = 0.f;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const float d = t[k] - mean;
+    q += d * d;
+  }
+  return {float(VEC), mean, q};
+}
+
+// Statistics of one row in one pass over this thread's cached chunks v (load_row) and the re-read rest: each chunk's
+// (mean, M2) merged into the thread's (no cancellation as in E[x²] - E[x]², and no second pass over the row, so
+// the raw chunks are all the registers the row needs), then one block merge. Cached chunk i is present only if
+// chunks 0..i-1 are, so its merge weight 1/(i+1) is a constant. RMSNorm: mean 0, rstd from the mean of squares.
+// smem holds at least 3 * 32 floats.
 template <class TX, int VEC>
 __device__ __forceinline__ void row_stats(const Vec<TX, VEC> (&v)[kItems], const TX* xr, int nch, int64_t H,
                                           bool rms, float eps, float* smem, float& mu, float& rstd) {
   const int tid = threadIdx.x, bd = blockDim.x;
-  float s = 0.f, n = 0.f;
+  Moments m{0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kItems; ++i)
     if (tid + i * bd < nch) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float t = to_f(v[i].v[k]);
-        s += rms ? t * t : t;
-      }
-      n += VEC;
+      float t[VEC];
+      unpack<TX, VEC>(v[i], t);
+      const Moments c = chunk_moments<VEC>(t, rms);
+      const float d = c.mean - m.mean, wb = 1.f / float(i + 1);  // both counts VEC·i and VEC
+      m = Moments{m.n + VEC, m.mean + d * wb, m.m2 + c.m2 + d * d * m.n * wb};
     }
   for (int c = tid + kItems * bd; c < nch; c += bd) {
     float t[VEC];
     load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) s += rms ? t[k] * t[k] : t[k];
-    n += VEC;
+    m = merge(m, chunk_moments<VEC>(t, rms));
   }
-  float var;
-  if (rms) {
-    mu = 0.f;
-    var = block_sum(s, smem) / static_cast<float>(H);
-  } else {
-    const float mean_t = n > 0.f ? s / n : 0.f;
-    float q = 0.f;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-      if (tid + i * bd < nch) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const float d = to_f(v[i].v[k]) - mean_t;
-          q += d * d;
-        }
-      }
-    for (int c = tid + kItems * bd; c < nch; c += bd) {
-      float t[VEC];
-      load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float d = t[k] - mean_t;
-        q += d * d;
-      }
-    }
-    const Moments m = block_moments(Moments{n, mean_t, q}, smem);
-    mu = m.mean;
-    var = m.m2 / static_cast<float>(H);
-  }
-  rstd = 1.0f / sqrtf(var + eps);
+  m = block_moments(m, smem);
+  mu = rms ? 0.f : m.mean;
+  rstd = 1.0f / sqrtf(m.m2 / static_cast<float>(H) + eps);
 }
 
 // y = (x - mu) * rstd * gamma (+ beta) for one chunk (beta: fused multiply-add).

@@ -2,6 +2,8 @@
 // high-precision values are bit-identical to the plain forward's output), then per 1x128 block: round to the
 // output dtype, amax over the block's lanes by warp shuffles, compute_scale (ops/quant/scale_math.h), cast, and
 // store the fp8 bytes and the block's scale_inv. x is read once; no high-precision output touches memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "ops/norm/norm_kernels.cuh"
@@ -21,13 +23,22 @@ __device__ __forceinline__ float hp_max() {
   return FLT_MAX;
 }
 
+// y rounded to TO by the hardware: the library's value for every non-NaN y (a NaN stays NaN, which the amax skips
+// and the cast turns into the NaN code either way).
+template <class TO>
+__device__ __forceinline__ float round_to(float y) {
+  if constexpr (std::is_same_v<TO, BF16>) return __bfloat162float(__float2bfloat16_rn(y));
+  else if constexpr (std::is_same_v<TO, F16>) return __half2float(__float2half_rn(y));
+  else return y;
+}
+
 template <int N>
 struct alignas(N) Bytes {
   uint8_t b[N];
 };
 
 template <class TX, class TP, class TO, int VEC>
-__global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_quant_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
+__global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __restrict__ x, const TP* __restrict__ gamma,
                                                           const TP* __restrict__ beta, uint8_t* __restrict__ q,
                                                           float* __restrict__ scale_inv, int64_t scale_ld,
                                                           float* mean_out, float* rstd_out, int64_t M, int64_t H,
@@ -63,7 +74,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) norm_quant_kernel(con
         normalize_chunk<VEC>(t, g, beta != nullptr, b, mu, rstd, y);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          y[k] = to_f(from_f<TO>(y[k]));  // the value the unfused path stores in out_dtype
+          y[k] = round_to<TO>(y[k]);  // the value the unfused path stores in out_dtype
           amax = amax_fold(amax, y[k]);
         }
       }

@@ -48,6 +48,9 @@ struct QuantOutputs {
   // Per-tensor fp8: amax of x (input to the cast). NVFP4: global amax of each copy (column-wise after RHT).
   const float* row_amax = nullptr;
   const float* col_amax = nullptr;
+  // Fused activation only: when set, the activation as rounded to x's dtype, [M, K] contiguous (what act_forward
+  // would have written; a training forward keeps it for the backward).
+  void* act_out = nullptr;
 };
 
 // amax_out[0] = max(amax_out[0], max|x|) (the row-wise/plain amax); when `col_amax_out` is given (NVFP4 with

@@ -9,6 +9,8 @@
 //                    of one column for the column-wise copy (the two halves of a 128-row block meet in shared memory).
 // fp8 codes come from the hardware cvt.rn.satfinite pair conversion (same rounding and saturation as
 // e4m3_from_f32/e5m2_from_f32; NaN inputs take the software code, so NaN bits match too).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -69,19 +71,21 @@ __device__ __forceinline__ void unpack8(const uint4& r, DType dt, float (&v)[8])
   }
 }
 
-// Eight consecutive elements of x starting at (m, k); zeros when the row is outside x.
+// Eight consecutive elements of x starting at (m, k), the input dtype fixed at compile time; zeros when the row is
+// outside x.
+template <DType kIn>
 __device__ __forceinline__ void load8(const QuantInput& x, int64_t m, int64_t k, bool in, float (&v)[8]) {
   if (!in) {
     for (int j = 0; j < 8; ++j) v[j] = 0.f;
     return;
   }
   const char* base = static_cast<const char*>(x.data);
-  if (x.dtype == DType::f32) {
+  if constexpr (kIn == DType::f32) {
     const float4 a = *reinterpret_cast<const float4*>(base + (m * x.stride_m + k) * 4);
     const float4 b = *reinterpret_cast<const float4*>(base + (m * x.stride_m + k + 4) * 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
-    unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2), x.dtype, v);
+    unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2), kIn, v);
   }
 }
 
@@ -117,22 +121,33 @@ __device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantCopyOu
   *reinterpret_cast<uint2*>(row.data + data_offset(row.layout, m, k)) = q;
 }
 
-// The fused activation: act_forward's formula, rounded once to the input dtype (as act_forward's output would be).
-template <QuantPreAct Act>
-__device__ __forceinline__ float pre_act(float v, DType dt) {
-  if constexpr (Act == QuantPreAct::none) return v;
+// The fused activation on 16-bit input: act_forward's formula rounded once to the input dtype by the hardware
+// (round-to-nearest-even: engine/float_convert.h's bits for every value, NaN included, since the device's NaN is
+// canonical). Returns the rounded value; `bits` is what act_forward would store.
+template <QuantPreAct Act, DType kIn>
+__device__ __forceinline__ float act_round(float v, uint16_t& bits) {
+  static_assert(kIn == DType::bf16 || kIn == DType::f16);
   const float y = Act == QuantPreAct::gelu ? act_math::gelu(v) : act_math::relu(v);
-  return dt == DType::bf16 ? bf16_to_f32(bf16_from_f32(y)) : (dt == DType::f16 ? f16_to_f32(f16_from_f32(y)) : y);
+  if constexpr (kIn == DType::bf16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(y);
+    bits = __bfloat16_as_ushort(h);
+    return __bfloat162float(h);
+  } else {
+    const __half h = __float2half_rn(y);
+    bits = __half_as_ushort(h);
+    return __half2float(h);
+  }
 }
 
 // Lane indices below this fit 32 bits (with a warp's slack past the end).
 constexpr int64_t kIndex32 = (int64_t(1) << 31) - 1024;
 
-template <int B, QuantPreAct Act>
+// The input dtype is a template parameter: with it constant, unpacking and the activation's rounding are a few
+// instructions (a run-time dtype made every element carry both the bf16 and the f16 code).
+template <int B, QuantPreAct Act, DType kIn>
 __global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
-  store_tensor_scales(p, out, x.dtype);
-  const float pt_factor =
-      p.format == QuantFormat::fp8_per_tensor ? tensor_scale(p, x.dtype, out.row_amax).factor : 0.f;
+  store_tensor_scales(p, out, kIn);
+  const float pt_factor = p.format == QuantFormat::fp8_per_tensor ? tensor_scale(p, kIn, out.row_amax).factor : 0.f;
   const int64_t per_row = quant_ceil_div(x.K, B) * (B / 8);  // lanes per row: whole blocks, so no block spans rows
   const int64_t total = x.M * per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -150,10 +165,17 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantPa
     }
     const bool in = i < total && k < x.K;
     float v[8];
-    load8(x, m, k, in, v);
-    if constexpr (Act != QuantPreAct::none)
-      for (int j = 0; j < 8; ++j) v[j] = pre_act<Act>(v[j], x.dtype);
-    rowwise8<B>(p, out.row, x.dtype, pt_factor, m, k, in, v);
+    load8<kIn>(x, m, k, in, v);
+    if constexpr (Act != QuantPreAct::none) {
+      uint16_t h[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = act_round<Act, kIn>(v[j], h[j]);
+      if (out.act_out && in)  // the activation itself, for a training forward's backward
+        reinterpret_cast<uint4*>(out.act_out)[(m * x.K + k) / 8] =
+            make_uint4(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16, h[4] | uint32_t(h[5]) << 16,
+                       h[6] | uint32_t(h[7]) << 16);
+    }
+    rowwise8<B>(p, out.row, kIn, pt_factor, m, k, in, v);
   }
 }
 
@@ -297,15 +319,22 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   const bool ok = fast_rowwise_eligible(x, p) && (!p.rowwise || (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0);
   TE_CHECK(!fused || p.format != QuantFormat::fp8_per_tensor, "fused activation → quantize needs a block format");
   TE_CHECK(ok || !fused, "fused activation → quantize asked for an input without a fast path: " << x.M << "x" << x.K);
+  TE_CHECK(!out.act_out || (fused && !p.columnwise && x.stride_m == x.K),
+           "activation output asked for without a fused row-wise activation on contiguous input");
   if (!ok) return false;
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
   const bool mx = p.format == QuantFormat::mxfp8;
   if (!p.columnwise) {
     const int64_t warps = x.M * quant_ceil_div(x.K, block_of(p.format)) * (block_of(p.format) / 8) / 32 + 1;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(quant_ceil_div(warps * 32, kThreads), 132 * 64));
-    // One instantiation per (block size, activation).
+    // One instantiation per (block size, activation, input dtype); activations are fused for 16-bit input only.
     auto launch = [&](auto b, auto act) {
-      rowwise_kernel<decltype(b)::value, decltype(act)::value><<<blocks, kThreads, 0, st>>>(x, p, out);
+      constexpr int Bv = decltype(b)::value;
+      constexpr QuantPreAct A = decltype(act)::value;
+      if (x.dtype == DType::bf16) rowwise_kernel<Bv, A, DType::bf16><<<blocks, kThreads, 0, st>>>(x, p, out);
+      else if (x.dtype == DType::f16) rowwise_kernel<Bv, A, DType::f16><<<blocks, kThreads, 0, st>>>(x, p, out);
+      else if constexpr (A == QuantPreAct::none) rowwise_kernel<Bv, A, DType::f32><<<blocks, kThreads, 0, st>>>(x, p, out);
+      else TE_THROW("fused activation → quantize of " << dtype_name(x.dtype) << " input", "pass bf16 or f16");
     };
     using G = std::integral_constant<QuantPreAct, QuantPreAct::gelu>;
     using R = std::integral_constant<QuantPreAct, QuantPreAct::relu>;

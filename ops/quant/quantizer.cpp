@@ -97,13 +97,14 @@ bool Quantizer::can_fuse_activation(const Tensor& x) const {
          x.is_contiguous() && x.size(x.dim() - 1) % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
 }
 
-QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream) {
+QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream,
+                                               Tensor* act_out) {
   TE_CHECK(can_fuse_activation(x), "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
-  return quantize_impl(x, stream, {}, act);
+  return quantize_impl(x, stream, {}, act, act_out);
 }
 
 QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, const Stream& stream, const AmaxReducer& reduce,
-                                         QuantPreAct act) {
+                                         QuantPreAct act, Tensor* act_out) {
   const QuantFormat f = config_.format;
   TE_CHECK_HINT(x_in.defined() && x_in.dim() >= 1 && is_high_precision(x_in.dtype()),
                 "quantize " << quant_format_name(f) << ": input " << (x_in.defined() ? x_in.str() : "undefined")
@@ -149,6 +150,10 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, const Stream& strea
     o.data = data.data<uint8_t>();
     o.scale_inv = scale.data_ptr();
   };
+  if (act_out) {  // contiguous x (can_fuse_activation): the kernel writes it in x's [M, K] order
+    *act_out = Tensor::empty(x.shape(), x.dtype(), dev, stream);
+    out.act_out = act_out->data_ptr();
+  }
   if (p.rowwise) make_copy(Usage::rowwise, qt.rowwise_data, qt.rowwise_scale_inv, out.row);
   if (p.columnwise) make_copy(Usage::columnwise, qt.columnwise_data, qt.columnwise_scale_inv, out.col);
 

@@ -52,9 +52,11 @@ class Quantizer {
 
   // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype) in one pass over x. Available
   // for row-wise-only FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
-  // (can_fuse_activation); callers fall back to act then quantize() otherwise.
+  // (can_fuse_activation); callers fall back to act then quantize() otherwise. With `act_out`, the same pass also
+  // writes act(x) in x's dtype there (a new tensor of x's shape): the bytes act_forward would have written.
   bool can_fuse_activation(const Tensor& x) const;
-  QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream = Stream());
+  QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream = Stream(),
+                                      Tensor* act_out = nullptr);
 
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
   // history and recompute the scale (shared/NUMERICS.md §2). No-op for other scalings.
@@ -67,7 +69,8 @@ class Quantizer {
   QuantizerConfig config_;
   Usage usages_;
   void ensure_delayed_state(Device device, const Stream& stream);
-  QuantizedTensor quantize_impl(const Tensor& x, const Stream& stream, const AmaxReducer& reduce, QuantPreAct act);
+  QuantizedTensor quantize_impl(const Tensor& x, const Stream& stream, const AmaxReducer& reduce, QuantPreAct act,
+                                Tensor* act_out = nullptr);
   Tensor scale_, amax_history_, step_amax_;
   Tensor history_count_;  // i64 [1]: amaxes pushed so far (the next history slot is count % len)
 };
