@@ -2,9 +2,12 @@
 // load/store through engine/float_convert.h (so CPU and CUDA round identically), 16-byte vectors, block
 // reductions, and a dtype → C++ type dispatcher.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/cuda_check.h"
 #include "engine/dtype.h"
@@ -45,6 +48,33 @@ __device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&in)[N])
 #pragma unroll
   for (int k = 0; k < N; ++k) x.v[k] = from_f<T>(in[k]);
   *reinterpret_cast<Vec<T, N>*>(p + i) = x;
+}
+
+// As store_vec, with 16-bit pairs rounded by the hardware cvt.rn (the library's bits for every non-NaN value, in
+// one instruction per pair instead of the portable rounding's several per element); a pair holding a NaN takes
+// the portable path, so NaN payloads keep the library's bits too.
+template <class T, int N>
+__device__ __forceinline__ void store_vec_rn(T* p, int64_t i, const float (&y)[N]) {
+  if constexpr ((std::is_same_v<T, BF16> || std::is_same_v<T, F16>) && N % 2 == 0) {
+    Vec<uint32_t, N / 2> w;
+#pragma unroll
+    for (int k = 0; k < N; k += 2) {
+      uint32_t bits;
+      if constexpr (std::is_same_v<T, BF16>) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(y[k], y[k + 1]);
+        bits = *reinterpret_cast<const uint32_t*>(&h);
+      } else {
+        const __half2 h = __floats2half2_rn(y[k], y[k + 1]);
+        bits = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      if (y[k] != y[k] || y[k + 1] != y[k + 1])
+        bits = uint32_t(from_f<T>(y[k]).bits) | (uint32_t(from_f<T>(y[k + 1]).bits) << 16);
+      w.v[k / 2] = bits;
+    }
+    *reinterpret_cast<Vec<uint32_t, N / 2>*>(p + i) = w;
+  } else {
+    store_vec<T, N>(p, i, y);
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
