@@ -188,26 +188,43 @@ TEST(ActQuantize, RowAndColumnwiseEqualActThenBlockQuantize) {
   }
 }
 
-// The fused CUDA pass (row-wise FP8 block 1D / MXFP8, GELU / ReLU) against act_forward then quantize on the GPU:
-// same bytes, including blocks cut by the edge of the row.
+// x [M, F] of dtype dt, random, with ±Inf and NaN in its first row (when F allows).
+Tensor activation_input(int64_t M, int64_t F, DType dt) {
+  std::vector<float> v = random_2d(M, F, DType::f32, 21, Device::cpu(), Layout::contiguous, 3.f).to_f32_vector();
+  const float special[] = {INFINITY, -INFINITY, NAN, -NAN};
+  for (size_t i = 0; i < 4 && i < v.size(); ++i) v[i * 37 % v.size()] = special[i];
+  return Tensor::from_f32(v, {M, F}, dt, Device::cuda());
+}
+
+// The fused CUDA pass (row-wise FP8 block 1D / MXFP8, GELU / ReLU, bf16 / f16 input) against act_forward then
+// quantize on the GPU: same bytes, including blocks cut by the edge of the row and non-finite inputs; the
+// activation it can keep for the backward has act_forward's bytes.
 TEST(ActQuantize, FusedRowwiseEqualsActThenQuantizeOnGpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << no_gpu_reason();
   for (QuantFormat f : {QuantFormat::fp8_block_1d, QuantFormat::mxfp8}) {
     QuantizerConfig cfg = block_config(DType::fp8_e4m3, true);
     cfg.format = f;
-    for (ActKind k : {ActKind::gelu, ActKind::relu}) {
-      for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 200}, {1024, 4096}}) {
-        const Tensor x = random_2d(M, F, DType::bf16, 21, Device::cuda(), Layout::contiguous, 3.f);
-        Quantizer fused(cfg, Usage::rowwise), plain(cfg, Usage::rowwise);
-        ASSERT_TRUE(fused.can_fuse_activation(x));
-        const QuantizedTensor a = act_forward_quantized(k, x, DType::bf16, fused);
-        const QuantizedTensor b = plain.quantize(act_forward(k, x, DType::bf16));
-        const std::string what = std::string(quant_format_name(f)) + " " + std::string(act_kind_name(k)) + " " +
-                                 std::to_string(M) + "x" + std::to_string(F);
-        EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;
-        EXPECT_EQ(bytes_of(a.rowwise_scale_inv), bytes_of(b.rowwise_scale_inv)) << what;
+    for (DType dt : {DType::bf16, DType::f16})
+      for (ActKind k : {ActKind::gelu, ActKind::relu}) {
+        for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 200}, {1024, 4096}}) {
+          const Tensor x = activation_input(M, F, dt);
+          Quantizer fused(cfg, Usage::rowwise), plain(cfg, Usage::rowwise);
+          ASSERT_TRUE(fused.can_fuse_activation(x));
+          Tensor kept;
+          const QuantizedTensor a = act_forward_quantized(k, x, dt, fused);
+          const QuantizedTensor a_kept = act_forward_quantized(k, x, dt, fused, Stream(), {}, &kept);
+          const Tensor y = act_forward(k, x, dt);
+          const QuantizedTensor b = plain.quantize(y);
+          const std::string what = std::string(quant_format_name(f)) + " " + std::string(act_kind_name(k)) + " " +
+                                   std::string(dtype_name(dt)) + " " + std::to_string(M) + "x" + std::to_string(F);
+          EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;
+          EXPECT_EQ(bytes_of(a.rowwise_scale_inv), bytes_of(b.rowwise_scale_inv)) << what;
+          EXPECT_EQ(bytes_of(a_kept.rowwise_data), bytes_of(b.rowwise_data)) << what;
+          ASSERT_TRUE(kept.defined()) << what;
+          EXPECT_EQ(kept.shape(), y.shape()) << what;
+          EXPECT_EQ(bytes_of(kept), bytes_of(y)) << what;
+        }
       }
-    }
   }
 }
 
