@@ -42,6 +42,22 @@ const CudaProbe& probe() {
 }  // namespace
 
 int cuda_device_count() { return probe().count; }
+
+int current_sm_count() {
+#if TE_WITH_CUDA
+  thread_local int cached_device = -1, cached_sms = 0;
+  int device = 0;
+  if (cuda_device_count() == 0 || cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (device != cached_device) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+    cached_device = device, cached_sms = sms;
+  }
+  return cached_sms;
+#else
+  return 0;
+#endif
+}
 std::string no_gpu_reason() { return probe().reason; }
 
 std::vector<GpuInfo> gpu_infos() {

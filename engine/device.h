@@ -40,6 +40,9 @@ std::vector<GpuInfo> gpu_infos();
 Device parse_device(std::string_view spec);
 // Makes `d` current for the calling thread (cudaSetDevice); no-op for cpu.
 void set_current_device(Device d);
+// Multiprocessors of the GPU current on the calling thread (0 without one), for sizing grid-stride kernels' grids
+// to the device instead of to one GPU model. Cheap enough to call per launch (cached per thread and device).
+int current_sm_count();
 // "cuda:0" / "cpu" for error messages: the device current on this thread.
 std::string current_device_name();
 

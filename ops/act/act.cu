@@ -3,6 +3,7 @@
 // Formulas are act_math.h, shared with the CPU reference.
 #include <algorithm>
 
+#include "engine/device.h"
 #include "ops/act/act_impl.h"
 #include "ops/act/act_math.h"
 #include "ops/elementwise/column_sum.cuh"
@@ -83,11 +84,8 @@ __global__ void act_bwd_kernel(ActKind k, const TX* __restrict__ dy, const TX* _
 
 // Blocks of 256 threads for n chunks: at most 64 per SM.
 unsigned grid_for(int64_t n) {
-  int device = 0, sms = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&device));
-  TE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return static_cast<unsigned>(
-      std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sms) * 64)));
+  const int64_t cap = int64_t(current_sm_count()) * 64;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, cap)));
 }
 
 bool vec_ok(int64_t cols, int vec, std::initializer_list<std::pair<const void*, int>> ptrs) {

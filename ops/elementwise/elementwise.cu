@@ -2,6 +2,7 @@
 // are bit-identical to elementwise_ref.cpp. Grid-stride loops; the dtype switch is uniform per launch.
 #include <algorithm>
 
+#include "engine/device.h"
 #include "engine/element.h"
 #include "ops/elementwise/cuda_common.cuh"
 #include "ops/elementwise/deterministic_sum.cuh"
@@ -11,7 +12,8 @@ namespace te::cuda {
 namespace {
 
 int grid_for(int64_t n, int threads) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 132 * 32)));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, int64_t(current_sm_count()) * 32)));
 }
 
 __global__ void add_kernel(const void* a, DType ta, const void* b, DType tb, const void* bias, DType tbias,

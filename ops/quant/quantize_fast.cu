@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "engine/cuda_check.h"
+#include "engine/device.h"
 #include "engine/error.h"
 #include "ops/act/act_math.h"
 #include "ops/quant/quant_block.h"
@@ -327,18 +328,17 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   const bool mx = p.format == QuantFormat::mxfp8;
   if (!p.columnwise) {
     const int64_t warps = x.M * quant_ceil_div(x.K, block_of(p.format)) * (block_of(p.format) / 8) / 32 + 1;
-    int device = 0, sms = 0;
-    TE_CUDA_CHECK(cudaGetDevice(&device));
-    TE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t cap = int64_t(current_sm_count()) * 64;
     const unsigned blocks =
-        static_cast<unsigned>(std::min<int64_t>(quant_ceil_div(warps * 32, kThreads), int64_t(sms) * 64));
+        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(quant_ceil_div(warps * 32, kThreads), cap)));
     // One instantiation per (block size, activation, input dtype); activations are fused for 16-bit input only.
     auto launch = [&](auto b, auto act) {
       constexpr int Bv = decltype(b)::value;
       constexpr QuantPreAct A = decltype(act)::value;
       if (x.dtype == DType::bf16) rowwise_kernel<Bv, A, DType::bf16><<<blocks, kThreads, 0, st>>>(x, p, out);
       else if (x.dtype == DType::f16) rowwise_kernel<Bv, A, DType::f16><<<blocks, kThreads, 0, st>>>(x, p, out);
-      else if constexpr (A == QuantPreAct::none) rowwise_kernel<Bv, A, DType::f32><<<blocks, kThreads, 0, st>>>(x, p, out);
+      else if constexpr (A == QuantPreAct::none)
+        rowwise_kernel<Bv, A, DType::f32><<<blocks, kThreads, 0, st>>>(x, p, out);
       else TE_THROW("fused activation → quantize of " << dtype_name(x.dtype) << " input", "pass bf16 or f16");
     };
     using G = std::integral_constant<QuantPreAct, QuantPreAct::gelu>;

@@ -30,5 +30,16 @@ TEST(Device, GpuInfoOnHopper) {
   EXPECT_GT(gpus[0].total_bytes, 0);
 }
 
+// Grids are sized by the current device's multiprocessors: the same number gpu_infos reports, 0 without a GPU.
+TEST(Device, CurrentSmCount) {
+  if (cuda_device_count() == 0) {
+    EXPECT_EQ(current_sm_count(), 0);
+    return;
+  }
+  set_current_device(Device::cuda(0));
+  EXPECT_EQ(current_sm_count(), gpu_infos()[0].sm_count);
+  EXPECT_GT(current_sm_count(), 0);
+}
+
 }  // namespace
 }  // namespace te
