@@ -42,19 +42,11 @@ __device__ __forceinline__ void load_vec(const T* p, int64_t i, float (&out)[N])
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = to_f(x.v[k]);
 }
+// 16-bit pairs are rounded by the hardware cvt.rn: the library's bits for every non-NaN value, in one instruction
+// per pair instead of the portable rounding's several per element; a pair holding a NaN takes the portable path,
+// so NaN payloads keep the library's bits too.
 template <class T, int N>
-__device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&in)[N]) {
-  Vec<T, N> x;
-#pragma unroll
-  for (int k = 0; k < N; ++k) x.v[k] = from_f<T>(in[k]);
-  *reinterpret_cast<Vec<T, N>*>(p + i) = x;
-}
-
-// As store_vec, with 16-bit pairs rounded by the hardware cvt.rn (the library's bits for every non-NaN value, in
-// one instruction per pair instead of the portable rounding's several per element); a pair holding a NaN takes
-// the portable path, so NaN payloads keep the library's bits too.
-template <class T, int N>
-__device__ __forceinline__ void store_vec_rn(T* p, int64_t i, const float (&y)[N]) {
+__device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&y)[N]) {
   if constexpr ((std::is_same_v<T, BF16> || std::is_same_v<T, F16>) && N % 2 == 0) {
     Vec<uint32_t, N / 2> w;
 #pragma unroll
@@ -73,7 +65,10 @@ __device__ __forceinline__ void store_vec_rn(T* p, int64_t i, const float (&y)[N
     }
     *reinterpret_cast<Vec<uint32_t, N / 2>*>(p + i) = w;
   } else {
-    store_vec<T, N>(p, i, y);
+    Vec<T, N> x;
+#pragma unroll
+    for (int k = 0; k < N; ++k) x.v[k] = from_f<T>(y[k]);
+    *reinterpret_cast<Vec<T, N>*>(p + i) = x;
   }
 }
 

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
         unpack<TX, VEC>(v[i], t);
         load_params<TP, VEC>(gamma, beta, c, gg, bb);  // L1 hits after the first row
         normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
-        store_vec_rn<TO, VEC>(yr, int64_t(c) * VEC, y);
+        store_vec<TO, VEC>(yr, int64_t(c) * VEC, y);
       }
     }
     for (int c = threadIdx.x + kItems * blockDim.x; c < nch; c += blockDim.x) {  // long rows: re-read the rest
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
       load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
       load_params<TP, VEC>(gamma, beta, c, gg, bb);
       normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
-      store_vec_rn<TO, VEC>(yr, int64_t(c) * VEC, y);
+      store_vec<TO, VEC>(yr, int64_t(c) * VEC, y);
     }
   }
 }
