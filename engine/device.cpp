@@ -1,5 +1,7 @@
 #include "engine/device.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 #include "te_config.h"
 #if TE_WITH_CUDA
@@ -58,6 +60,11 @@ int current_sm_count() {
   return 0;
 #endif
 }
+int64_t grid_stride_blocks(int64_t items, int threads, int per_sm) {
+  const int64_t want = (items + threads - 1) / threads, cap = int64_t(current_sm_count()) * per_sm;
+  return std::max<int64_t>(1, std::min(want, cap));
+}
+
 std::string no_gpu_reason() { return probe().reason; }
 
 std::vector<GpuInfo> gpu_infos() {

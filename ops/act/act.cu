@@ -82,10 +82,7 @@ __global__ void act_bwd_kernel(ActKind k, const TX* __restrict__ dy, const TX* _
 }
 
 // Blocks of 256 threads for n chunks: at most 64 per SM.
-unsigned grid_for(int64_t n) {
-  const int64_t cap = int64_t(current_sm_count()) * 64;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, cap)));
-}
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(grid_stride_blocks(n, 256, 64)); }
 
 bool vec_ok(int64_t cols, int vec, std::initializer_list<std::pair<const void*, int>> ptrs) {
   if (cols % vec) return false;

@@ -11,10 +11,7 @@
 namespace te::cuda {
 namespace {
 
-int grid_for(int64_t n, int threads) {
-  return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, int64_t(current_sm_count()) * 32)));
-}
+int grid_for(int64_t n, int threads) { return static_cast<int>(grid_stride_blocks(n, threads, 32)); }
 
 __global__ void add_kernel(const void* a, DType ta, const void* b, DType tb, const void* bias, DType tbias,
                            void* out, DType tout, int64_t n, int64_t cols) {

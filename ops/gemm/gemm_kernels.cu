@@ -36,8 +36,7 @@ void gemm_add_bias(void* out, DType out_dtype, int64_t rows, int64_t cols, int64
   const int64_t n = rows * cols;
   if (n == 0) return;
   const int threads = 256;
-  const int64_t cap = int64_t(current_sm_count()) * 16;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, cap));
+  const int64_t blocks = grid_stride_blocks(n, threads, 16);
   add_bias_kernel<<<static_cast<unsigned>(blocks), threads, 0, as_cuda(stream)>>>(out, out_dtype, rows, cols, ld,
                                                                                     bias, bias_dtype);
   TE_CUDA_CHECK_LAUNCH();

@@ -287,8 +287,7 @@ int grid_for(int64_t n, int threads) {
 void quant_amax_cuda(const QuantInput& x, const QuantParams&, float* amax_out, float* col_amax_out,
                      const Stream& stream) {
   // Enough CTAs to fill the GPU a few times over; each folds a grid-stride share (one atomic per CTA).
-  const int64_t cap = int64_t(current_sm_count()) * 8;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(grid_for(x.M * x.K / 8, 256), cap));
+  const int64_t blocks = grid_stride_blocks(x.M * x.K / 8, 256, 8);
   amax_kernel<<<static_cast<unsigned>(blocks), 256, 0, st(stream)>>>(x, amax_out, col_amax_out);
   TE_CUDA_CHECK_LAUNCH();
 }

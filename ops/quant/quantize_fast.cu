@@ -328,9 +328,7 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   const bool mx = p.format == QuantFormat::mxfp8;
   if (!p.columnwise) {
     const int64_t warps = x.M * quant_ceil_div(x.K, block_of(p.format)) * (block_of(p.format) / 8) / 32 + 1;
-    const int64_t cap = int64_t(current_sm_count()) * 64;
-    const unsigned blocks =
-        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(quant_ceil_div(warps * 32, kThreads), cap)));
+    const unsigned blocks = static_cast<unsigned>(grid_stride_blocks(warps * 32, kThreads, 64));
     // One instantiation per (block size, activation, input dtype); activations are fused for 16-bit input only.
     auto launch = [&](auto b, auto act) {
       constexpr int Bv = decltype(b)::value;

@@ -30,15 +30,21 @@ TEST(Device, GpuInfoOnHopper) {
   EXPECT_GT(gpus[0].total_bytes, 0);
 }
 
-// Grids are sized by the current device's multiprocessors: the same number gpu_infos reports, 0 without a GPU.
-TEST(Device, CurrentSmCount) {
+// Grids are sized by the current device's multiprocessors: the same number gpu_infos reports, 0 without a GPU;
+// a grid-stride grid has enough blocks for its items, at most per_sm per multiprocessor, and at least one.
+TEST(Device, CurrentSmCountSizesGrids) {
   if (cuda_device_count() == 0) {
     EXPECT_EQ(current_sm_count(), 0);
+    EXPECT_EQ(grid_stride_blocks(1 << 20, 256, 8), 1);
     return;
   }
   set_current_device(Device::cuda(0));
-  EXPECT_EQ(current_sm_count(), gpu_infos()[0].sm_count);
-  EXPECT_GT(current_sm_count(), 0);
+  const int sms = current_sm_count();
+  EXPECT_EQ(sms, gpu_infos()[0].sm_count);
+  EXPECT_GT(sms, 0);
+  EXPECT_EQ(grid_stride_blocks(0, 256, 8), 1);
+  EXPECT_EQ(grid_stride_blocks(1000, 256, 8), 4);
+  EXPECT_EQ(grid_stride_blocks(int64_t(1) << 40, 256, 8), int64_t(sms) * 8);
 }
 
 }  // namespace
