@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
-[ -d build ] || meson setup build
+[ -d build ] || tools/build/setup.sh build
 ninja -C build
 build/tools/teengine/teengine info
 exec build/tools/teengine/teengine run models/tiny.yaml "$@"

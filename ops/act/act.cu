@@ -47,7 +47,7 @@ __global__ void act_fwd_kernel(ActKind k, const TX* __restrict__ x, TO* __restri
 #pragma unroll
       for (int e = 0; e < VEC; ++e) y[e] = relu(a[e]);
     }
-    store_vec<TO, VEC>(out, at.out, y);
+    store_vec<TO, VEC, true>(out, at.out, y);
   }
 }
 
@@ -69,7 +69,7 @@ __global__ void act_bwd_kernel(ActKind k, const TX* __restrict__ dy, const TX* _
         o[e] = d[e] * b[e] * dsilu(a[e]);
         ob[e] = d[e] * silu(a[e]);
       }
-      store_vec<TD, VEC>(dx, at.in + cols, ob);
+      store_vec<TD, VEC, true>(dx, at.in + cols, ob);
     } else if (k == ActKind::gelu) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) o[e] = d[e] * dgelu(a[e]);
@@ -77,7 +77,7 @@ __global__ void act_bwd_kernel(ActKind k, const TX* __restrict__ dy, const TX* _
 #pragma unroll
       for (int e = 0; e < VEC; ++e) o[e] = d[e] * drelu(a[e]);
     }
-    store_vec<TD, VEC>(dx, at.in, o);
+    store_vec<TD, VEC, true>(dx, at.in, o);
   }
 }
 

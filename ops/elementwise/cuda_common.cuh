@@ -44,8 +44,11 @@ __device__ __forceinline__ void load_vec(const T* p, int64_t i, float (&out)[N])
 }
 // 16-bit pairs are rounded by the hardware cvt.rn: the library's bits for every non-NaN value, in one instruction
 // per pair instead of the portable rounding's several per element; a pair holding a NaN takes the portable path,
-// so NaN payloads keep the library's bits too.
-template <class T, int N>
+// so NaN payloads keep the library's bits too. kComputed: y was produced by f32 arithmetic on the GPU, whose NaN is
+// always the canonical 0x7FFFFFFF, which the hardware rounds to the library's bits as well (0x7FFF for both
+// 16-bit types): no per-pair NaN test (it cost 4 % of the LayerNorm forward). Values merely loaded and stored
+// (a cast) may carry any payload and must keep the test.
+template <class T, int N, bool kComputed = false>
 __device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&y)[N]) {
   if constexpr ((std::is_same_v<T, BF16> || std::is_same_v<T, F16>) && N % 2 == 0) {
     Vec<uint32_t, N / 2> w;
@@ -59,7 +62,7 @@ __device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&y)[N]) 
         const __half2 h = __floats2half2_rn(y[k], y[k + 1]);
         bits = *reinterpret_cast<const uint32_t*>(&h);
       }
-      if (y[k] != y[k] || y[k + 1] != y[k + 1])
+      if (!kComputed && (y[k] != y[k] || y[k + 1] != y[k + 1]))
         bits = uint32_t(from_f<T>(y[k]).bits) | (uint32_t(from_f<T>(y[k + 1]).bits) << 16);
       w.v[k / 2] = bits;
     }

@@ -40,7 +40,7 @@ __global__ void add_vec8_kernel(const T* a, const T* b, const TB* bias, T* out, 
 #pragma unroll
       for (int k = 0; k < 8; ++k) va[k] += vc[k];
     }
-    store_vec<T, 8>(out, i * 8, va);
+    store_vec<T, 8, true>(out, i * 8, va);
   }
 }
 

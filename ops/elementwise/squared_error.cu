@@ -38,7 +38,7 @@ __global__ void squared_error_vec_kernel(const T* out, const T* target, float gr
     cuda::load_vec<T, N>(target, v * N, t);
 #pragma unroll
     for (int k = 0; k < N; ++k) g[k] = squared_error_term(o[k], t[k], grad_scale, acc);
-    cuda::store_vec<T, N>(grad, v * N, g);
+    cuda::store_vec<T, N, true>(grad, v * N, g);
   }
   const int64_t i = nvec * N + tid;
   if (i < n) grad[i] = cuda::from_f<T>(squared_error_term(cuda::to_f(out[i]), cuda::to_f(target[i]), grad_scale, acc));

@@ -34,13 +34,13 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
     }
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int c = threadIdx.x + i * blockDim.x;
+      const int c = chunk_of<VEC>(i);
       if (c < nch) {
         float t[VEC], gg[VEC], bb[VEC], y[VEC];
         unpack<TX, VEC>(v[i], t);
         load_params<TP, VEC>(gamma, beta, c, gg, bb);  // L1 hits after the first row
         normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
-        store_vec<TO, VEC>(yr, int64_t(c) * VEC, y);
+        store_vec<TO, VEC, true>(yr, int64_t(c) * VEC, y);
       }
     }
     for (int c = threadIdx.x + kItems * blockDim.x; c < nch; c += blockDim.x) {  // long rows: re-read the rest
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
       load_vec<TX, VEC>(xr, int64_t(c) * VEC, t);
       load_params<TP, VEC>(gamma, beta, c, gg, bb);
       normalize_chunk<VEC>(t, gg, beta != nullptr, bb, mu, rstd, y);
-      store_vec<TO, VEC>(yr, int64_t(c) * VEC, y);
+      store_vec<TO, VEC, true>(yr, int64_t(c) * VEC, y);
     }
   }
 }
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_bwd_dx_kernel(const TX* __re
         const float xhat = __fmul_rn(__fsub_rn(xv[k], mu), rstd);
         o[k] = __fmul_rn(rstd, __fsub_rn(__fsub_rn(gg, m1), __fmul_rn(xhat, m2)));
       }
-      store_vec<TD, VEC>(dx + row * H, c * VEC, o);
+      store_vec<TD, VEC, true>(dx + row * H, c * VEC, o);
     }
   }
 }

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
                                                           float* __restrict__ scale_inv, int64_t scale_ld,
                                                           float* mean_out, float* rstd_out, int64_t M, int64_t H,
                                                           float eps, bool rms, bool e5m2, bool pow2, float qeps) {
-  constexpr int L = kBlock / VEC;  // lanes (consecutive chunks) per 128-element block: 16 or 32
+  constexpr int kChunksPerBlock = kBlock / VEC, kPerRound = kChunksPerBlock / 4;  // chunk_of's layout
   __shared__ float smem[96];
   const int nch = static_cast<int>(H / VEC);
   const int64_t nkb = (H + kBlock - 1) / kBlock;
@@ -62,38 +62,48 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
       if (mean_out) mean_out[row] = mu;
       rstd_out[row] = rstd;
     }
+    // Per round, each group of four lanes holds one 128-element block (chunk_of): the block's amax takes two
+    // shuffles, its scale one compute_scale, both shared by the lane's kPerRound chunks.
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const int64_t c = tid + int64_t(i) * bd;  // all lanes of a warp reach the shuffles below
-      float y[VEC];
+    for (int round = 0; round < kItems / kPerRound; ++round) {
+      float y[kPerRound][VEC];
       float amax = 0.f;
-      if (c < nch) {
-        float t[VEC], g[VEC], b[VEC];
-        unpack<TX, VEC>(v[i], t);
-        load_params<TP, VEC>(gamma, beta, static_cast<int>(c), g, b);
-        normalize_chunk<VEC>(t, g, beta != nullptr, b, mu, rstd, y);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          y[k] = round_to<TO>(y[k]);  // the value the unfused path stores in out_dtype
-          amax = amax_fold(amax, y[k]);
+      for (int j = 0; j < kPerRound; ++j) {
+        const int i = round * kPerRound + j, c = chunk_of<VEC>(i);
+        if (c < nch) {
+          float t[VEC], g[VEC], b[VEC];
+          unpack<TX, VEC>(v[i], t);
+          load_params<TP, VEC>(gamma, beta, c, g, b);
+          normalize_chunk<VEC>(t, g, beta != nullptr, b, mu, rstd, y[j]);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            y[j][k] = round_to<TO>(y[j][k]);  // the value the unfused path stores in out_dtype
+            amax = amax_fold(amax, y[j][k]);
+          }
         }
       }
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // every lane reaches these
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float scale = compute_scale(amax, fmt_max, pow2, qeps, hp_max<TO>());
+      const int block = round * (bd / 4) + tid / 4;
+      if (tid % 4 == 0 && block * kChunksPerBlock < nch) scale_inv[block * scale_ld + row] = 1.0f / scale;
 #pragma unroll
-      for (int o = L / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      if (c < nch) {
-        const float scale = compute_scale(amax, fmt_max, pow2, qeps, hp_max<TO>());
+      for (int j = 0; j < kPerRound; ++j) {
+        const int c = chunk_of<VEC>(round * kPerRound + j);
+        if (c >= nch) continue;
         // Hardware cvt.rn.satfinite: the same bits as the library's e4m3/e5m2_from_f32 (NUMERICS.md §1),
         // several times cheaper than the portable encoder; the tests compare against the portable one.
         Bytes<VEC> out;
 #pragma unroll
         for (int k = 0; k < VEC; k += 2) {
           const __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(
-              make_float2(__fmul_rn(y[k], scale), __fmul_rn(y[k + 1], scale)), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+              make_float2(__fmul_rn(y[j][k], scale), __fmul_rn(y[j][k + 1], scale)), __NV_SATFINITE,
+              e5m2 ? __NV_E5M2 : __NV_E4M3);
           out.b[k] = static_cast<uint8_t>(p & 0xFF);
           out.b[k + 1] = static_cast<uint8_t>(p >> 8);
         }
-        *reinterpret_cast<Bytes<VEC>*>(q + row * H + c * VEC) = out;
-        if (c % L == 0) scale_inv[(c / L) * scale_ld + row] = 1.0f / scale;
+        *reinterpret_cast<Bytes<VEC>*>(q + row * H + int64_t(c) * VEC) = out;
       }
     }
   }

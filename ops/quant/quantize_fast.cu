@@ -2,107 +2,31 @@
 // (1x128 / 128x1) and MXFP8 (1x32 / 32x1), from rows that allow 16-byte loads. The per-block and per-element math
 // is quant_block.h's (scale, factor, stored scale), so CPU ≡ CUDA bit for bit still holds; only data movement
 // differs from the generic tile kernel in quantize.cu:
-//   row-wise only  — no shared memory: a thread owns 8 consecutive elements (one 16-byte load for 16-bit input),
-//                    the B/8 lanes of one block reduce its amax with xor-shuffles, each lane stores 8 codes at once.
-//   column-wise    — a CTA owns a 128x128 tile (16-bit input): the row-wise copy comes from registers as above,
-//                    the tile is parked in shared memory in the input dtype (34 KB), then each thread walks 64 rows
-//                    of one column for the column-wise copy (the two halves of a 128-row block meet in shared memory).
+//   row-wise only  — quantize_rowwise.cu: a lane owns 32 consecutive elements of a row, no shared memory.
+//   column-wise    — here: a CTA owns a 128x128 tile (16-bit input): the row-wise copy comes from registers, 8
+//                    elements per lane, the tile is parked in shared memory in the input dtype (34 KB), then each
+//                    thread walks 64 rows of one column for the column-wise copy (the two halves of a 128-row block
+//                    meet in shared memory).
 // fp8 codes come from the hardware cvt.rn.satfinite pair conversion (same rounding and saturation as
 // e4m3_from_f32/e5m2_from_f32; NaN inputs take the software code, so NaN bits match too).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <type_traits>
 
 #include "engine/cuda_check.h"
-#include "engine/device.h"
 #include "engine/error.h"
-#include "ops/act/act_math.h"
-#include "ops/quant/quant_block.h"
+#include "ops/quant/quant_fast_common.cuh"
 #include "ops/quant/quantize_fast.h"
+#include "ops/quant/quantize_rowwise.h"
 
 namespace te {
 namespace {
 
+using namespace quant_fast;
+
 constexpr int kTile = 128, kThreads = 256, kPitch = kTile + 8;  // smem row pitch in 16-bit elements (272 bytes)
 
-__device__ __forceinline__ uint32_t fp8_pair(float a, float b, DType dt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t r = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
-                                        dt == DType::fp8_e5m2 ? __NV_E5M2 : __NV_E4M3);
-  // The hardware keeps a NaN's sign; the software code (and so the CPU reference) writes the positive NaN code. A
-  // constant, not a call to the software cast: inlined at every pair, that call made the kernels hundreds of KB.
-  static_assert(kE4M3.nan_code == kE5M2.nan_code);
-  if (isnan(a)) r = (r & 0xFF00u) | kE4M3.nan_code;
-  if (isnan(b)) r = (r & 0x00FFu) | (static_cast<uint32_t>(kE4M3.nan_code) << 8);
-  return r;
-#else
-  return cast_fp8(a, dt) | (static_cast<uint32_t>(cast_fp8(b, dt)) << 8);
-#endif
-}
-
-// Four codes packed little-endian (element j in byte j).
-__device__ __forceinline__ uint32_t fp8_quad(const float* v, float factor, DType dt) {
-  return fp8_pair(v[0] * factor, v[1] * factor, dt) | (fp8_pair(v[2] * factor, v[3] * factor, dt) << 16);
-}
-
-// One 16-bit value to f32 on the hardware converter (an f16 NaN's payload may differ from the software decode's; a
-// NaN is left out of every amax and quantizes to the NaN code either way, so the bytes match the CPU reference).
-template <bool kBf16>
-__device__ __forceinline__ float half_bits_to_f32(uint32_t h) {
-  if constexpr (kBf16) return __uint_as_float(h << 16);
-  else return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-}
-__device__ __forceinline__ float half_bits_to_f32(uint32_t h, DType dt) {
-  return dt == DType::bf16 ? half_bits_to_f32<true>(h) : half_bits_to_f32<false>(h);
-}
-
-// Eight 16-bit values of one 16-byte load, by constant word and half (no address of a register array is taken, so
-// everything stays in registers).
-__device__ __forceinline__ void unpack8(const uint4& r, DType dt, float (&v)[8]) {
-  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint16_t lo = static_cast<uint16_t>(w[j] & 0xFFFFu), hi = static_cast<uint16_t>(w[j] >> 16);
-    v[2 * j] = half_bits_to_f32(lo, dt);
-    v[2 * j + 1] = half_bits_to_f32(hi, dt);
-  }
-}
-
-// Eight consecutive elements of x starting at (m, k), the input dtype fixed at compile time; zeros when the row is
-// outside x.
-template <DType kIn>
-__device__ __forceinline__ void load8(const QuantInput& x, int64_t m, int64_t k, bool in, float (&v)[8]) {
-  if (!in) {
-    for (int j = 0; j < 8; ++j) v[j] = 0.f;
-    return;
-  }
-  const char* base = static_cast<const char*>(x.data);
-  if constexpr (kIn == DType::f32) {
-    const float4 a = *reinterpret_cast<const float4*>(base + (m * x.stride_m + k) * 4);
-    const float4 b = *reinterpret_cast<const float4*>(base + (m * x.stride_m + k + 4) * 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2), kIn, v);
-  }
-}
-
-// The per-tensor factor of a copy (every block uses it), or 0 for block formats.
-__device__ __forceinline__ BlockScale tensor_scale(const QuantParams& p, DType in, const float* amax) {
-  return block_scale(p, in, amax ? *amax : 0.f, 1.f);
-}
-
-__device__ void store_tensor_scales(const QuantParams& p, const QuantOutputs& out, DType in) {
-  if (p.format != QuantFormat::fp8_per_tensor || blockIdx.x != 0 || blockIdx.y != 0 || threadIdx.x != 0) return;
-  const BlockScale bs = tensor_scale(p, in, out.row_amax);  // written even when the tensor is empty
-  if (p.rowwise) store_block_scale(p, out.row.scale_inv, 0, bs);
-  if (p.columnwise) store_block_scale(p, out.col.scale_inv, 0, bs);
-}
-
-// Row-wise codes and scale for this lane's 8 elements at (m, k) of row-wise block size B (G = B/8 lanes share a
+// Row-wise codes and scale for one lane's 8 elements at (m, k) of row-wise block size B (G = B/8 lanes share a
 // block; every lane of the warp must call this, `in` false for lanes outside x).
 template <int B>
 __device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantCopyOut& row, DType in_dtype, float pt_factor,
@@ -120,65 +44,6 @@ __device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantCopyOu
   }
   const uint2 q = make_uint2(fp8_quad(v, factor, p.data_dtype), fp8_quad(v + 4, factor, p.data_dtype));
   *reinterpret_cast<uint2*>(row.data + data_offset(row.layout, m, k)) = q;
-}
-
-// The fused activation on 16-bit input: act_forward's formula rounded once to the input dtype by the hardware
-// (round-to-nearest-even: engine/float_convert.h's bits for every value, NaN included, since the device's NaN is
-// canonical). Returns the rounded value; `bits` is what act_forward would store.
-template <QuantPreAct Act, DType kIn>
-__device__ __forceinline__ float act_round(float v, uint16_t& bits) {
-  static_assert(kIn == DType::bf16 || kIn == DType::f16);
-  const float y = Act == QuantPreAct::gelu ? act_math::gelu(v) : act_math::relu(v);
-  if constexpr (kIn == DType::bf16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(y);
-    bits = __bfloat16_as_ushort(h);
-    return __bfloat162float(h);
-  } else {
-    const __half h = __float2half_rn(y);
-    bits = __half_as_ushort(h);
-    return __half2float(h);
-  }
-}
-
-// Lane indices below this fit 32 bits (with a warp's slack past the end).
-constexpr int64_t kIndex32 = (int64_t(1) << 31) - 1024;
-
-// The input dtype is a template parameter: with it constant, unpacking and the activation's rounding are a few
-// instructions (a run-time dtype made every element carry both the bf16 and the f16 code).
-template <int B, QuantPreAct Act, DType kIn>
-__global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
-  store_tensor_scales(p, out, kIn);
-  const float pt_factor = p.format == QuantFormat::fp8_per_tensor ? tensor_scale(p, kIn, out.row_amax).factor : 0.f;
-  const int64_t per_row = quant_ceil_div(x.K, B) * (B / 8);  // lanes per row: whole blocks, so no block spans rows
-  const int64_t total = x.M * per_row;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  // Whole warps iterate together so the shuffles see every lane. (More loads in flight per lane measured no faster
-  // on the H200: two, at 58 registers, 67.7 against 55 µs for [8192, 4096]; four, 188 against 190 µs for
-  // [8192, 16384]. ncu: DRAM 44 % at 70 % occupancy, so the per-lane scale math is the suspect.)
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + (threadIdx.x & ~31); base < total;
-       base += stride) {
-    const int64_t i = base + (threadIdx.x & 31);
-    int64_t m, k;
-    if (total < kIndex32) {  // 32-bit division: a few instructions instead of the 64-bit division routine
-      const uint32_t u = static_cast<uint32_t>(i), pr = static_cast<uint32_t>(per_row), q = u / pr;
-      m = q, k = static_cast<int64_t>(u - q * pr) * 8;
-    } else {
-      m = i / per_row, k = (i % per_row) * 8;
-    }
-    const bool in = i < total && k < x.K;
-    float v[8];
-    load8<kIn>(x, m, k, in, v);
-    if constexpr (Act != QuantPreAct::none) {
-      uint16_t h[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = act_round<Act, kIn>(v[j], h[j]);
-      if (out.act_out && in)  // the activation itself, for a training forward's backward
-        reinterpret_cast<uint4*>(out.act_out)[(m * x.K + k) / 8] =
-            make_uint4(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16, h[4] | uint32_t(h[5]) << 16,
-                       h[6] | uint32_t(h[7]) << 16);
-    }
-    rowwise8<B>(p, out.row, kIn, pt_factor, m, k, in, v);
-  }
 }
 
 // 32 codes (one column, 32 rows) to 32 consecutive bytes at dst; `rows` < 32 at the bottom edge of x.
@@ -302,8 +167,6 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
   }
 }
 
-int block_of(QuantFormat f) { return f == QuantFormat::mxfp8 ? 32 : kTile; }
-
 }  // namespace
 
 bool fast_rowwise_eligible(const QuantInput& x, const QuantParams& p) {
@@ -327,29 +190,7 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
   const bool mx = p.format == QuantFormat::mxfp8;
   if (!p.columnwise) {
-    const int64_t warps = x.M * quant_ceil_div(x.K, block_of(p.format)) * (block_of(p.format) / 8) / 32 + 1;
-    const unsigned blocks = static_cast<unsigned>(grid_stride_blocks(warps * 32, kThreads, 64));
-    // One instantiation per (block size, activation, input dtype); activations are fused for 16-bit input only.
-    auto launch = [&](auto b, auto act) {
-      constexpr int Bv = decltype(b)::value;
-      constexpr QuantPreAct A = decltype(act)::value;
-      if (x.dtype == DType::bf16) rowwise_kernel<Bv, A, DType::bf16><<<blocks, kThreads, 0, st>>>(x, p, out);
-      else if (x.dtype == DType::f16) rowwise_kernel<Bv, A, DType::f16><<<blocks, kThreads, 0, st>>>(x, p, out);
-      else if constexpr (A == QuantPreAct::none)
-        rowwise_kernel<Bv, A, DType::f32><<<blocks, kThreads, 0, st>>>(x, p, out);
-      else TE_THROW("fused activation → quantize of " << dtype_name(x.dtype) << " input", "pass bf16 or f16");
-    };
-    using G = std::integral_constant<QuantPreAct, QuantPreAct::gelu>;
-    using R = std::integral_constant<QuantPreAct, QuantPreAct::relu>;
-    using N = std::integral_constant<QuantPreAct, QuantPreAct::none>;
-    using B32 = std::integral_constant<int, 32>;
-    using B128 = std::integral_constant<int, kTile>;
-    switch (p.pre_act) {
-      case QuantPreAct::none: mx ? launch(B32{}, N{}) : launch(B128{}, N{}); break;
-      case QuantPreAct::gelu: mx ? launch(B32{}, G{}) : launch(B128{}, G{}); break;
-      case QuantPreAct::relu: mx ? launch(B32{}, R{}) : launch(B128{}, R{}); break;
-    }
-    TE_CUDA_CHECK_LAUNCH();
+    quantize_rowwise_cuda(x, p, out, stream);
     return true;
   }
   TE_CHECK(!fused, "fused activation → quantize is row-wise only");

@@ -23,8 +23,12 @@ TE_HD float compute_scale(float amax, float fmt_max, bool pow2, float eps, float
 
 // amax accumulation: max|x| starting from 0, NaN ignored (fmaxf semantics).
 TE_HD float amax_fold(float acc, float x) {
+#ifdef __CUDA_ARCH__
+  return fmaxf(acc, fabsf(x));  // one FMNMX: fmaxf returns the other operand of a NaN, and acc is never NaN
+#else
   const float a = fabsf(x);
   return f32_is_nan(a) ? acc : (a > acc ? a : acc);
+#endif
 }
 
 // Largest finite value of a high-precision input dtype (the block-scaling value_for_inf).
