@@ -41,21 +41,24 @@ __device__ __forceinline__ void load_chunk(const QuantInput& x, int64_t m, int64
   }
 }
 
-// The fused activation on 16-bit input: act_forward's formula rounded once to the input dtype by the hardware
-// (round-to-nearest-even: engine/float_convert.h's bits for every value, NaN included, since the device's NaN is
-// canonical). Returns the rounded value; `bits` is what act_forward would store.
+// The fused activation on 16-bit input, two elements at a time: act_forward's formula rounded once to the input
+// dtype by the hardware pair conversion (round-to-nearest-even: engine/float_convert.h's bits for every value, NaN
+// included, since GPU arithmetic yields only the canonical NaN), the same cvt act_forward's store uses. One
+// conversion per pair instead of one per element: conversions share the 16-per-clock pipe with the MUFU ex2 and
+// rcp of GELU, which bound this kernel. a and b become the rounded values; returns the pair's 16-bit bits.
 template <QuantPreAct Act, DType kIn>
-__device__ __forceinline__ float act_round(float v, uint16_t& bits) {
+__device__ __forceinline__ uint32_t act_round_pair(float& a, float& b) {
   static_assert(kIn == DType::bf16 || kIn == DType::f16);
-  const float y = Act == QuantPreAct::gelu ? act_math::gelu(v) : act_math::relu(v);
+  const auto act = [](float x) { return Act == QuantPreAct::gelu ? act_math::gelu(x) : act_math::relu(x); };
+  const float ya = act(a), yb = act(b);
   if constexpr (kIn == DType::bf16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(y);
-    bits = __bfloat16_as_ushort(h);
-    return __bfloat162float(h);
+    const __nv_bfloat162 h = __floats2bfloat162_rn(ya, yb);
+    a = __low2float(h), b = __high2float(h);
+    return *reinterpret_cast<const uint32_t*>(&h);
   } else {
-    const __half h = __float2half_rn(y);
-    bits = __half_as_ushort(h);
-    return __half2float(h);
+    const __half2 h = __floats2half2_rn(ya, yb);
+    a = __low2float(h), b = __high2float(h);
+    return *reinterpret_cast<const uint32_t*>(&h);
   }
 }
 
@@ -120,13 +123,11 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(QuantInput x, QuantPa
     if constexpr (Act != QuantPreAct::none) {
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
-        uint16_t h[8];
+        uint32_t h[4];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[8 * c + j] = act_round<Act, kIn>(v[8 * c + j], h[j]);
+        for (int j = 0; j < 4; ++j) h[j] = act_round_pair<Act, kIn>(v[8 * c + 2 * j], v[8 * c + 2 * j + 1]);
         if (out.act_out && in && k + 8 * c < x.K)  // the activation itself, for a training forward's backward
-          reinterpret_cast<uint4*>(out.act_out)[(m * x.K + k) / 8 + c] =
-              make_uint4(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16, h[4] | uint32_t(h[5]) << 16,
-                         h[6] | uint32_t(h[7]) << 16);
+          reinterpret_cast<uint4*>(out.act_out)[(m * x.K + k) / 8 + c] = make_uint4(h[0], h[1], h[2], h[3]);
       }
     }
     float a = 0.f;
