@@ -44,8 +44,8 @@ __device__ __forceinline__ void load_chunk(const QuantInput& x, int64_t m, int64
 // The fused activation on 16-bit input, two elements at a time: act_forward's formula rounded once to the input
 // dtype by the hardware pair conversion (round-to-nearest-even: engine/float_convert.h's bits for every value, NaN
 // included, since GPU arithmetic yields only the canonical NaN), the same cvt act_forward's store uses. One
-// conversion per pair instead of one per element: conversions share the 16-per-clock pipe with the MUFU ex2 and
-// rcp of GELU, which bound this kernel. a and b become the rounded values; returns the pair's 16-bit bits.
+// conversion per pair instead of one per element (conversions share the 16-per-clock pipe with GELU's MUFU ex2 and
+// rcp; the forward measured the same within noise). a and b become the rounded values; returns the pair's bits.
 template <QuantPreAct Act, DType kIn>
 __device__ __forceinline__ uint32_t act_round_pair(float& a, float& b) {
   static_assert(kIn == DType::bf16 || kIn == DType::f16);
