@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
-[ -d build ] || tools/build/setup.sh build
+tools/build/setup.sh build  # configures once; notes a build/ made without header tracking
 ninja -C build
 build/tools/teengine/teengine info
 exec build/tools/teengine/teengine run models/tiny.yaml "$@"

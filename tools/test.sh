@@ -9,7 +9,7 @@ t0=$(date +%s)
 phase() { echo "test.sh: $1 after $(( $(date +%s) - t0 )) s"; }
 tools/install-deps.sh
 jobs=$(nproc)
-[ -d build ] || tools/build/setup.sh build
+tools/build/setup.sh build  # configures once; notes a build/ made without header tracking
 ninja -C build -j "$jobs"
 meson test -C build --print-errorlogs --num-processes "$jobs"
 phase "release build and tests"
