@@ -23,14 +23,47 @@ __device__ __forceinline__ float hp_max() {
   return FLT_MAX;
 }
 
-// y rounded to TO by the hardware: the library's value for every non-NaN y (a NaN stays NaN, which the amax skips
-// and the cast turns into the NaN code either way).
-template <class TO>
-__device__ __forceinline__ float round_to(float y) {
-  if constexpr (std::is_same_v<TO, BF16>) return __bfloat162float(__float2bfloat16_rn(y));
-  else if constexpr (std::is_same_v<TO, F16>) return __half2float(__float2half_rn(y));
-  else return y;
-}
+// The rounded outputs of one chunk, held until the block's scale is known: 16-bit values as packed pairs (half the
+// registers of floats: the fused kernel ran at 112 registers, 9 rows in flight per SM), f32 as is. The pair
+// conversion rounds as the plain forward's store does (hardware RN: the library's bits for every value; GPU
+// arithmetic's NaN is canonical, and the amax skips it while the cast turns it into the NaN code either way).
+template <class TO, int VEC>
+struct HeldChunk {
+  static constexpr bool kPacked = !std::is_same_v<TO, float>;
+  uint32_t w[kPacked ? VEC / 2 : 1];
+  float f[kPacked ? 1 : VEC];
+  // Rounds y to TO and folds the rounded values into amax.
+  __device__ __forceinline__ void hold(const float (&y)[VEC], float& amax) {
+#pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      const float2 r = kPacked ? pack(k / 2, y[k], y[k + 1]) : make_float2(f[k] = y[k], f[k + 1] = y[k + 1]);
+      amax = amax_fold(amax_fold(amax, r.x), r.y);
+    }
+  }
+  __device__ __forceinline__ float2 pair(int k) const {  // elements k, k + 1
+    if constexpr (!kPacked) return make_float2(f[k], f[k + 1]);
+    else if constexpr (std::is_same_v<TO, BF16>) {
+      const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&w[k / 2]);
+      return make_float2(__low2float(h), __high2float(h));
+    } else {
+      const __half2 h = *reinterpret_cast<const __half2*>(&w[k / 2]);
+      return make_float2(__low2float(h), __high2float(h));
+    }
+  }
+
+ private:
+  __device__ __forceinline__ float2 pack(int i, float a, float b) {
+    if constexpr (std::is_same_v<TO, BF16>) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+      return make_float2(__low2float(h), __high2float(h));
+    } else {
+      const __half2 h = __floats2half2_rn(a, b);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+      return make_float2(__low2float(h), __high2float(h));
+    }
+  }
+};
 
 template <int N>
 struct alignas(N) Bytes {
@@ -66,21 +99,17 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
     // shuffles, its scale one compute_scale, both shared by the lane's kPerRound chunks.
 #pragma unroll
     for (int round = 0; round < kItems / kPerRound; ++round) {
-      float y[kPerRound][VEC];
+      HeldChunk<TO, VEC> held[kPerRound];  // the values the unfused path stores in out_dtype
       float amax = 0.f;
 #pragma unroll
       for (int j = 0; j < kPerRound; ++j) {
         const int i = round * kPerRound + j, c = chunk_of<VEC>(i);
         if (c < nch) {
-          float t[VEC], g[VEC], b[VEC];
+          float t[VEC], g[VEC], b[VEC], y[VEC];
           unpack<TX, VEC>(v[i], t);
           load_params<TP, VEC>(gamma, beta, c, g, b);
-          normalize_chunk<VEC>(t, g, beta != nullptr, b, mu, rstd, y[j]);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            y[j][k] = round_to<TO>(y[j][k]);  // the value the unfused path stores in out_dtype
-            amax = amax_fold(amax, y[j][k]);
-          }
+          normalize_chunk<VEC>(t, g, beta != nullptr, b, mu, rstd, y);
+          held[j].hold(y, amax);
         }
       }
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // every lane reaches these
@@ -97,9 +126,9 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
         Bytes<VEC> out;
 #pragma unroll
         for (int k = 0; k < VEC; k += 2) {
+          const float2 y = held[j].pair(k);
           const __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(
-              make_float2(__fmul_rn(y[j][k], scale), __fmul_rn(y[j][k + 1], scale)), __NV_SATFINITE,
-              e5m2 ? __NV_E5M2 : __NV_E4M3);
+              make_float2(__fmul_rn(y.x, scale), __fmul_rn(y.y, scale)), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
           out.b[k] = static_cast<uint8_t>(p & 0xFF);
           out.b[k + 1] = static_cast<uint8_t>(p >> 8);
         }
