@@ -9,11 +9,15 @@ namespace te::act_math {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
-// x / d; on the device the two-instruction reciprocal-multiply (≤ 2 ulp; 0 once |d| > 2^126, where the quotient
-// is below any output dtype's resolution of x anyway).
+// x / d for d ≥ 1 (GELU's and the sigmoid's denominators); on the device x · rcp.approx.ftz(d), two instructions
+// (≤ 2 ulp; 0 once d > 2^126, where the quotient is below any output dtype's resolution of x anyway). The same bits
+// as __fdividef (checked exhaustively over every f32 x on the H200, docs/PERFORMANCE.md), whose non-ftz form adds
+// subnormal handling the d ≥ 1 here never needs; the product itself stays non-ftz, so a subnormal x keeps its value.
 TE_HD float quotient(float x, float d) {
 #ifdef __CUDA_ARCH__
-  return __fdividef(x, d);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return __fmul_rn(x, r);
 #else
   return x / d;
 #endif
@@ -25,7 +29,11 @@ TE_HD float quotient(float x, float d) {
 TE_HD float exp_neg2u(float x) {
 #ifdef __CUDA_ARCH__
   constexpr float a = -2.f * kSqrt2OverPi * 1.4426950408889634f, b = a * kGeluCoeff;
-  return exp2f(x * fmaf(b, x * x, a));
+  // ex2.approx.ftz: one MUFU.EX2 where exp2f adds a rescale for subnormal results; those only occur for arguments
+  // below -126, where 1 + exp(-2u) is 1 either way (and a subnormal argument gives 1 either way).
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * fmaf(b, x * x, a)));
+  return e;
 #else
   return expf(-2.f * kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
 #endif

@@ -42,11 +42,36 @@ __device__ __forceinline__ void load_vec(const T* p, int64_t i, float (&out)[N])
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = to_f(x.v[k]);
 }
-// 16-bit pairs are rounded by the hardware cvt.rn: the library's bits for every non-NaN value, in one instruction
-// per pair instead of the portable rounding's several per element; a pair holding a NaN takes the portable path,
-// so NaN payloads keep the library's bits too. kComputed: y was produced by f32 arithmetic on the GPU, whose NaN is
-// always the canonical 0x7FFFFFFF, which the hardware rounds to the library's bits as well (0x7FFF for both
-// 16-bit types): no per-pair NaN test (4 % of a LayerNorm micro-benchmark's time; within noise in the library's
+// (a, b) rounded to the 16-bit type T by the hardware pair conversion cvt.rn (one instruction per pair instead of
+// the portable rounding's several per element): the library's bits for every non-NaN value, and for the canonical
+// NaN 0x7FFFFFFF that f32 arithmetic on the GPU produces (0x7FFF for both types). Returns the pair's bits, a low.
+template <class T>
+__device__ __forceinline__ uint32_t round_pair(float a, float b) {
+  static_assert(std::is_same_v<T, BF16> || std::is_same_v<T, F16>);
+  if constexpr (std::is_same_v<T, BF16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+// The two values of a 16-bit pair (round_pair's bits) as floats, exactly.
+template <class T>
+__device__ __forceinline__ float2 unpack_pair(uint32_t bits) {
+  static_assert(std::is_same_v<T, BF16> || std::is_same_v<T, F16>);
+  if constexpr (std::is_same_v<T, BF16>) {
+    const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+    return make_float2(__low2float(h), __high2float(h));
+  } else {
+    const __half2 h = *reinterpret_cast<const __half2*>(&bits);
+    return make_float2(__low2float(h), __high2float(h));
+  }
+}
+
+// Stores N floats as T. 16-bit pairs go through round_pair; a pair holding a NaN takes the portable path, so NaN
+// payloads keep the library's bits too. kComputed: y was produced by f32 arithmetic on the GPU, whose NaN is always
+// canonical: no per-pair NaN test (4 % of a LayerNorm micro-benchmark's time; within noise in the library's
 // LayerNorm on the H200). Values merely loaded and stored (a cast) may carry any payload and must keep the test.
 template <class T, int N, bool kComputed = false>
 __device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&y)[N]) {
@@ -54,14 +79,7 @@ __device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&y)[N]) 
     Vec<uint32_t, N / 2> w;
 #pragma unroll
     for (int k = 0; k < N; k += 2) {
-      uint32_t bits;
-      if constexpr (std::is_same_v<T, BF16>) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(y[k], y[k + 1]);
-        bits = *reinterpret_cast<const uint32_t*>(&h);
-      } else {
-        const __half2 h = __floats2half2_rn(y[k], y[k + 1]);
-        bits = *reinterpret_cast<const uint32_t*>(&h);
-      }
+      uint32_t bits = round_pair<T>(y[k], y[k + 1]);
       if (!kComputed && (y[k] != y[k] || y[k + 1] != y[k + 1]))
         bits = uint32_t(from_f<T>(y[k]).bits) | (uint32_t(from_f<T>(y[k + 1]).bits) << 16);
       w.v[k / 2] = bits;

@@ -2,8 +2,6 @@
 // high-precision values are bit-identical to the plain forward's output), then per 1x128 block: round to the
 // output dtype, amax over the block's lanes by warp shuffles, compute_scale (ops/quant/scale_math.h), cast, and
 // store the fp8 bytes and the block's scale_inv. x is read once; no high-precision output touches memory.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "ops/norm/norm_kernels.cuh"
@@ -23,10 +21,10 @@ __device__ __forceinline__ float hp_max() {
   return FLT_MAX;
 }
 
-// The rounded outputs of one chunk, held until the block's scale is known: 16-bit values as packed pairs (half the
-// registers of floats: the fused kernel ran at 112 registers, 9 rows in flight per SM), f32 as is. The pair
-// conversion rounds as the plain forward's store does (hardware RN: the library's bits for every value; GPU
-// arithmetic's NaN is canonical, and the amax skips it while the cast turns it into the NaN code either way).
+// The rounded outputs of one chunk, held until the block's scale is known: 16-bit values as packed pairs
+// (round_pair, the plain forward's store rounding; half the registers of floats: the fused kernel ran at 112
+// registers, 9 rows in flight per SM), f32 as is. The amax skips GPU arithmetic's NaN, which the cast turns into
+// the NaN code.
 template <class TO, int VEC>
 struct HeldChunk {
   static constexpr bool kPacked = !std::is_same_v<TO, float>;
@@ -36,32 +34,15 @@ struct HeldChunk {
   __device__ __forceinline__ void hold(const float (&y)[VEC], float& amax) {
 #pragma unroll
     for (int k = 0; k < VEC; k += 2) {
-      const float2 r = kPacked ? pack(k / 2, y[k], y[k + 1]) : make_float2(f[k] = y[k], f[k + 1] = y[k + 1]);
+      float2 r;
+      if constexpr (kPacked) r = unpack_pair<TO>(w[k / 2] = round_pair<TO>(y[k], y[k + 1]));
+      else r = make_float2(f[k] = y[k], f[k + 1] = y[k + 1]);
       amax = amax_fold(amax_fold(amax, r.x), r.y);
     }
   }
   __device__ __forceinline__ float2 pair(int k) const {  // elements k, k + 1
-    if constexpr (!kPacked) return make_float2(f[k], f[k + 1]);
-    else if constexpr (std::is_same_v<TO, BF16>) {
-      const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&w[k / 2]);
-      return make_float2(__low2float(h), __high2float(h));
-    } else {
-      const __half2 h = *reinterpret_cast<const __half2*>(&w[k / 2]);
-      return make_float2(__low2float(h), __high2float(h));
-    }
-  }
-
- private:
-  __device__ __forceinline__ float2 pack(int i, float a, float b) {
-    if constexpr (std::is_same_v<TO, BF16>) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-      return make_float2(__low2float(h), __high2float(h));
-    } else {
-      const __half2 h = __floats2half2_rn(a, b);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-      return make_float2(__low2float(h), __high2float(h));
-    }
+    if constexpr (kPacked) return unpack_pair<TO>(w[k / 2]);
+    else return make_float2(f[k], f[k + 1]);
   }
 };
 

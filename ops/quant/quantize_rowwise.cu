@@ -13,6 +13,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "ops/act/act_math.h"
+#include "ops/elementwise/cuda_common.cuh"
 #include "ops/quant/quant_fast_common.cuh"
 #include "ops/quant/quantize_rowwise.h"
 
@@ -42,24 +43,18 @@ __device__ __forceinline__ void load_chunk(const QuantInput& x, int64_t m, int64
 }
 
 // The fused activation on 16-bit input, two elements at a time: act_forward's formula rounded once to the input
-// dtype by the hardware pair conversion (round-to-nearest-even: engine/float_convert.h's bits for every value, NaN
-// included, since GPU arithmetic yields only the canonical NaN), the same cvt act_forward's store uses. One
-// conversion per pair instead of one per element (conversions share the 16-per-clock pipe with GELU's MUFU ex2 and
-// rcp; the forward measured the same within noise). a and b become the rounded values; returns the pair's bits.
+// dtype by cuda::round_pair, the rounding act_forward's store uses (its NaN is the canonical one). One conversion
+// per pair instead of one per element (conversions share the 16-per-clock pipe with GELU's MUFU ex2 and rcp).
+// a and b become the rounded values; returns the pair's bits.
 template <QuantPreAct Act, DType kIn>
 __device__ __forceinline__ uint32_t act_round_pair(float& a, float& b) {
   static_assert(kIn == DType::bf16 || kIn == DType::f16);
+  using T = std::conditional_t<kIn == DType::bf16, cuda::BF16, cuda::F16>;
   const auto act = [](float x) { return Act == QuantPreAct::gelu ? act_math::gelu(x) : act_math::relu(x); };
-  const float ya = act(a), yb = act(b);
-  if constexpr (kIn == DType::bf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(ya, yb);
-    a = __low2float(h), b = __high2float(h);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __half2 h = __floats2half2_rn(ya, yb);
-    a = __low2float(h), b = __high2float(h);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
+  const uint32_t bits = cuda::round_pair<T>(act(a), act(b));
+  const float2 r = cuda::unpack_pair<T>(bits);
+  a = r.x, b = r.y;
+  return bits;
 }
 
 // max(acc, |x|) with NaN propagated (PTX max.NaN): one instruction per element; a NaN result sends the lane to
