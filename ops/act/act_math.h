@@ -29,8 +29,8 @@ TE_HD float quotient(float x, float d) {
 TE_HD float exp_neg2u(float x) {
 #ifdef __CUDA_ARCH__
   constexpr float a = -2.f * kSqrt2OverPi * 1.4426950408889634f, b = a * kGeluCoeff;
-  // ex2.approx.ftz: one MUFU.EX2 where exp2f adds a rescale for subnormal results; those only occur for arguments
-  // below -126, where 1 + exp(-2u) is 1 either way (and a subnormal argument gives 1 either way).
+  // ex2.approx.ftz: exp2f's ex2.approx.f32 also handles subnormal results, which only occur for arguments below
+  // -126, where 1 + exp(-2u) is 1 either way (and a subnormal argument gives 1 either way).
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * fmaf(b, x * x, a)));
   return e;
