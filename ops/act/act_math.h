@@ -9,10 +9,11 @@ namespace te::act_math {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
-// x / d for d ≥ 1 (GELU's and the sigmoid's denominators); on the device x · rcp.approx.ftz(d), two instructions
-// (≤ 2 ulp; 0 once d > 2^126, where the quotient is below any output dtype's resolution of x anyway). The same bits
-// as __fdividef (checked exhaustively over every f32 x on the H200, docs/PERFORMANCE.md), whose non-ftz form adds
-// subnormal handling the d ≥ 1 here never needs; the product itself stays non-ftz, so a subnormal x keeps its value.
+// x / d for d ≥ 1 (GELU's and the sigmoid's denominators); on the device x · rcp.approx.ftz(d) (≤ 2 ulp; 0 once
+// d > 2^126, where the quotient is below any output dtype's resolution of x anyway). __fdividef's non-ftz form adds
+// subnormal handling that d ≥ 1 never needs; the product stays non-ftz, so a subnormal x keeps its value. gelu and
+// dgelu give the same bits as with __fdividef and exp2f for every f32 x (exhaustive run on the H200,
+// docs/PERFORMANCE.md, eighth session).
 TE_HD float quotient(float x, float d) {
 #ifdef __CUDA_ARCH__
   float r;
