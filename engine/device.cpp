@@ -45,17 +45,34 @@ const CudaProbe& probe() {
 
 int cuda_device_count() { return probe().count; }
 
-int current_sm_count() {
 #if TE_WITH_CUDA
-  thread_local int cached_device = -1, cached_sms = 0;
+namespace {
+// An attribute of the GPU current on the calling thread, cached per thread and device; 0 without a GPU.
+template <cudaDeviceAttr kAttr>
+int current_device_attribute() {
+  thread_local int cached_device = -1, cached_value = 0;
   int device = 0;
   if (cuda_device_count() == 0 || cudaGetDevice(&device) != cudaSuccess) return 0;
   if (device != cached_device) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
-    cached_device = device, cached_sms = sms;
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, kAttr, device) != cudaSuccess) return 0;
+    cached_device = device, cached_value = value;
   }
-  return cached_sms;
+  return cached_value;
+}
+}  // namespace
+#endif
+
+int current_sm_count() {
+#if TE_WITH_CUDA
+  return current_device_attribute<cudaDevAttrMultiProcessorCount>();
+#else
+  return 0;
+#endif
+}
+int current_cc_major() {
+#if TE_WITH_CUDA
+  return current_device_attribute<cudaDevAttrComputeCapabilityMajor>();
 #else
   return 0;
 #endif

@@ -43,6 +43,8 @@ void set_current_device(Device d);
 // Multiprocessors of the GPU current on the calling thread (0 without one), for sizing grid-stride kernels' grids
 // to the device instead of to one GPU model. Cheap enough to call per launch (cached per thread and device).
 int current_sm_count();
+// Compute capability major of the GPU current on the calling thread (0 without one); cached like current_sm_count.
+int current_cc_major();
 // Blocks for a grid-stride kernel over `items` at `threads` per block: enough for every item, at most `per_sm` per
 // multiprocessor of the current GPU, at least one.
 int64_t grid_stride_blocks(int64_t items, int threads, int per_sm);

@@ -3,6 +3,7 @@
 // the block size), so the fused path's statistics and high-precision values are bit-identical to the plain path's.
 #pragma once
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/elementwise/cuda_common.cuh"
 #include "ops/norm/norm_impl.h"
@@ -18,6 +19,14 @@ constexpr int kItems = 8;
 // 16-byte vectors when every pointer and the row length allow it, else scalar.
 template <class TX>
 constexpr int vec_width() { return 16 / static_cast<int>(sizeof(TX)); }
+
+// The vector path's inputs: H a multiple of x's 16-byte vector, x aligned to it and gamma/beta to vectors of as
+// many elements. Each forward adds its output's condition.
+inline bool vector_inputs(const NormFwdArgs& a) {
+  const int vec = 128 / dtype_bits(a.tx), param_bytes = vec * dtype_bits(a.tp) / 8;
+  const auto aligned = [](const void* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  return a.cols % vec == 0 && aligned(a.x, 16) && aligned(a.gamma, param_bytes) && aligned(a.beta, param_bytes);
+}
 
 // Threads per row: enough that `items` chunks each cover the row, a multiple of 32, at most kMaxThreads (the
 // kernels' __launch_bounds__, which leaves each thread 128 registers: the cached row never spills).
@@ -47,6 +56,39 @@ __device__ __forceinline__ void unpack(const Vec<TX, VEC>& r, float (&out)[VEC])
 #pragma unroll
   for (int k = 0; k < VEC; ++k) out[k] = to_f(r.v[k]);
 }
+
+// VEC elements of T as raw 32-bit words (8 or 16 bytes). Held across a loop, 16-bit elements stay packed two to a
+// register as words, where Vec<T, VEC> of 16-bit fields cost extra instructions and registers (measured: the staged
+// forward ran 4 % slower with Vec chunks and parameters).
+template <class T, int VEC>
+struct Words {
+  static constexpr int kWords = VEC * static_cast<int>(sizeof(T)) / 4;
+  static_assert(kWords == 2 || kWords == 4);
+  uint32_t w[kWords];
+  __device__ __forceinline__ void load(const T* p) {  // p aligned to the vector
+    if constexpr (kWords == 4) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+    } else {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      w[0] = u.x, w[1] = u.y;
+    }
+  }
+  // Opaque to the optimiser: a value held across a loop is otherwise unpacked once, outside it, into twice the
+  // registers (the held parameters then spilled).
+  __device__ __forceinline__ void keep_packed() {
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) asm volatile("" : "+r"(w[j]));
+  }
+  __device__ __forceinline__ void unpack(float (&out)[VEC]) const {  // the exact to_f values
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) {
+      if constexpr (std::is_same_v<T, float>) out[j] = __uint_as_float(w[j]);
+      else if constexpr (std::is_same_v<T, BF16>) out[2 * j] = __uint_as_float(w[j] << 16), out[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+      else out[2 * j] = to_f(T{static_cast<uint16_t>(w[j])}), out[2 * j + 1] = to_f(T{static_cast<uint16_t>(w[j] >> 16)});
+    }
+  }
+};
 
 // Loads the chunks of row xr this thread keeps in registers: chunk_of(i), i < kItems (the first kItems * blockDim.x
 // chunks of the row; longer rows re-read the rest).
@@ -108,21 +150,21 @@ __device__ __forceinline__ Moments chunk_moments(const float (&t)[VEC], bool rms
   return {float(VEC), mean, q};
 }
 
-// Statistics of one row in one pass over this thread's cached chunks v (load_row) and the re-read rest: each chunk's
-// (mean, M2) merged into the thread's (no cancellation as in E[x²] - E[x]², and no second pass over the row, so
-// the raw chunks are all the registers the row needs), then one block merge. Cached chunk i is present only if
-// chunks 0..i-1 are, so its merge weight 1/(i+1) is a constant. RMSNorm: mean 0, rstd from the mean of squares.
-// smem holds at least 3 * 32 floats.
-template <class TX, int VEC>
-__device__ __forceinline__ void row_stats(const Vec<TX, VEC> (&v)[kItems], const TX* xr, int nch, int64_t H,
-                                          bool rms, float eps, float* smem, float& mu, float& rstd) {
+// Statistics of one row in one pass over this thread's cached chunks (cached(i, t) unpacks item i into t) and the
+// re-read rest: each chunk's (mean, M2) merged into the thread's (no cancellation as in E[x²] - E[x]², and no second
+// pass over the row, so the raw chunks are all the registers the row needs), then one block merge. Cached chunk i is
+// present only if chunks 0..i-1 are, so its merge weight 1/(i+1) is a constant. RMSNorm: mean 0, rstd from the mean
+// of squares. smem holds at least 3 * 32 floats.
+template <class TX, int VEC, class Cached>
+__device__ __forceinline__ void row_stats_of(const Cached& cached, const TX* xr, int nch, int64_t H, bool rms,
+                                             float eps, float* smem, float& mu, float& rstd) {
   const int tid = threadIdx.x, bd = blockDim.x;
   Moments m{0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kItems; ++i)
     if (chunk_of<VEC>(i) < nch) {
       float t[VEC];
-      unpack<TX, VEC>(v[i], t);
+      cached(i, t);
       const Moments c = chunk_moments<VEC>(t, rms);
       const float d = c.mean - m.mean, wb = 1.f / float(i + 1);  // both counts VEC·i and VEC
       m = Moments{m.n + VEC, m.mean + d * wb, m.m2 + c.m2 + d * d * m.n * wb};
@@ -135,6 +177,13 @@ __device__ __forceinline__ void row_stats(const Vec<TX, VEC> (&v)[kItems], const
   m = block_moments(m, smem);
   mu = rms ? 0.f : m.mean;
   rstd = 1.0f / sqrtf(m.m2 / static_cast<float>(H) + eps);
+}
+// The same over chunks cached by load_row.
+template <class TX, int VEC>
+__device__ __forceinline__ void row_stats(const Vec<TX, VEC> (&v)[kItems], const TX* xr, int nch, int64_t H,
+                                          bool rms, float eps, float* smem, float& mu, float& rstd) {
+  row_stats_of<TX, VEC>([&](int i, float (&t)[VEC]) { unpack<TX, VEC>(v[i], t); }, xr, nch, H, rms, eps, smem, mu,
+                        rstd);
 }
 
 // y = (x - mu) * rstd * gamma (+ beta) for one chunk (beta: fused multiply-add).

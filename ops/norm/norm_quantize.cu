@@ -6,20 +6,14 @@
 
 #include "ops/norm/norm_kernels.cuh"
 #include "ops/norm/norm_quantize_impl.h"
-#include "ops/quant/scale_math.h"
+#include "ops/quant/quant_block.h"
+#include "ops/quant/quant_fast_common.cuh"
 
 namespace te::cuda {
 namespace {
 using namespace norm_detail;
 
 constexpr int kBlock = 128;
-
-template <class TO>
-__device__ __forceinline__ float hp_max() {
-  if constexpr (std::is_same_v<TO, BF16>) return f32_from_bits(0x7F7F0000u);
-  if constexpr (std::is_same_v<TO, F16>) return 65504.0f;
-  return FLT_MAX;
-}
 
 // The rounded outputs of one chunk, held until the block's scale is known: 16-bit values as packed pairs
 // (round_pair, the plain forward's store rounding; half the registers of floats: the fused kernel ran at 112
@@ -56,7 +50,8 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
                                                           const TP* __restrict__ beta, uint8_t* __restrict__ q,
                                                           float* __restrict__ scale_inv, int64_t scale_ld,
                                                           float* mean_out, float* rstd_out, int64_t M, int64_t H,
-                                                          float eps, bool rms, bool e5m2, bool pow2, float qeps) {
+                                                          float eps, bool rms, bool e5m2, bool pow2, float qeps,
+                                                          float value_for_inf) {
   constexpr int kChunksPerBlock = kBlock / VEC, kPerRound = kChunksPerBlock / 4;  // chunk_of's layout
   __shared__ float smem[96];
   const int nch = static_cast<int>(H / VEC);
@@ -95,21 +90,21 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
       }
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // every lane reaches these
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float scale = compute_scale(amax, fmt_max, pow2, qeps, hp_max<TO>());
+      const float scale = compute_scale(amax, fmt_max, pow2, qeps, value_for_inf);
       const int block = round * (bd / 4) + tid / 4;
       if (tid % 4 == 0 && block * kChunksPerBlock < nch) scale_inv[block * scale_ld + row] = 1.0f / scale;
 #pragma unroll
       for (int j = 0; j < kPerRound; ++j) {
         const int c = chunk_of<VEC>(round * kPerRound + j);
         if (c >= nch) continue;
-        // Hardware cvt.rn.satfinite: the same bits as the library's e4m3/e5m2_from_f32 (NUMERICS.md §1),
-        // several times cheaper than the portable encoder; the tests compare against the portable one.
+        // Hardware cvt.rn.satfinite (quant_fast_common.cuh): the library's e4m3/e5m2_from_f32 bits (NUMERICS.md
+        // §1) for every value GPU arithmetic produces here; the tests compare against the portable encoder.
         Bytes<VEC> out;
 #pragma unroll
         for (int k = 0; k < VEC; k += 2) {
           const float2 y = held[j].pair(k);
-          const __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(
-              make_float2(__fmul_rn(y.x, scale), __fmul_rn(y.y, scale)), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+          const float a = __fmul_rn(y.x, scale), b = __fmul_rn(y.y, scale);
+          const uint32_t p = e5m2 ? quant_fast::fp8_pair_raw<true>(a, b) : quant_fast::fp8_pair_raw<false>(a, b);
           out.b[k] = static_cast<uint8_t>(p & 0xFF);
           out.b[k + 1] = static_cast<uint8_t>(p >> 8);
         }
@@ -125,12 +120,8 @@ constexpr int V() { return vec_width<TX>(); }
 }  // namespace
 
 bool norm_quantize_fusable(const NormFwdArgs& a) {
-  const int es = a.tx == DType::f32 ? 4 : 2, pes = a.tp == DType::f32 ? 4 : 2;
-  const int vec = 16 / es;
-  const int64_t nch = a.cols / vec;
-  auto al = [](const void* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  return is_high_precision(a.tx) && is_high_precision(a.tp) && is_high_precision(a.tout) && a.cols % vec == 0 &&
-         al(a.x, 16) && al(a.gamma, pes * vec) && al(a.beta, pes * vec) && nch <= int64_t(kItems) * kMaxThreads;
+  return is_high_precision(a.tx) && is_high_precision(a.tp) && is_high_precision(a.tout) && vector_inputs(a) &&
+         a.cols / (128 / dtype_bits(a.tx)) <= int64_t(kItems) * kMaxThreads;  // the row fits the register cache
 }
 
 void norm_quantize_forward(const NormQuantArgs& a, const Stream& stream) {
@@ -150,7 +141,7 @@ void norm_quantize_forward(const NormQuantArgs& a, const Stream& stream) {
                                             raw_stream(stream)>>>(
             static_cast<const TX*>(n.x), static_cast<const TP*>(n.gamma), static_cast<const TP*>(n.beta), a.q,
             a.scale_inv, a.scale_ld, n.mean, n.rstd, n.rows, n.cols, n.eps, n.kind == NormKind::rmsnorm, a.e5m2,
-            a.pow2, a.qeps);
+            a.pow2, a.qeps, hp_max_finite(n.tout));
         TE_CUDA_CHECK_LAUNCH();
       });
     });

@@ -31,12 +31,6 @@ TE_HD float amax_fold(float acc, float x) {
 #endif
 }
 
-// Largest finite value of a high-precision input dtype (the block-scaling value_for_inf).
-TE_HD float hp_max_finite_bits(int dtype_bits_tag) {
-  // tag: 0 = f32, 1 = bf16, 2 = f16
-  return dtype_bits_tag == 1 ? f32_from_bits(0x7F7F0000u) : (dtype_bits_tag == 2 ? 65504.0f : FLT_MAX);
-}
-
 }  // namespace te
 
 // ---- MXFP8 (shared/NUMERICS.md §2) ------------------------------------------------------------------------
