@@ -186,6 +186,15 @@ __device__ __forceinline__ void row_stats(const Vec<TX, VEC> (&v)[kItems], const
                         rstd);
 }
 
+// Thread 0 stores the row's statistics; mean_out is nullptr for RMSNorm unless kHasMean says the caller always has one.
+template <bool kHasMean = false>
+__device__ __forceinline__ void store_row_stats(float* mean_out, float* rstd_out, int64_t row, float mu, float rstd) {
+  if (threadIdx.x == 0) {
+    if (kHasMean || mean_out) mean_out[row] = mu;
+    rstd_out[row] = rstd;
+  }
+}
+
 // y = (x - mu) * rstd * gamma (+ beta) for one chunk (beta: fused multiply-add).
 template <int VEC>
 __device__ __forceinline__ void normalize_chunk(const float (&xv)[VEC], const float (&g)[VEC], bool has_beta,

@@ -67,10 +67,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_quant_kernel(const TX* __res
     load_row<TX, VEC>(xr, nch, v);
     float mu, rstd;
     row_stats<TX, VEC>(v, xr, nch, H, rms, eps, smem, mu, rstd);
-    if (tid == 0) {
-      if (mean_out) mean_out[row] = mu;
-      rstd_out[row] = rstd;
-    }
+    store_row_stats(mean_out, rstd_out, row, mu, rstd);
     // Per round, each group of four lanes holds one 128-element block (chunk_of): the block's amax takes two
     // shuffles, its scale one compute_scale, both shared by the lane's kPerRound chunks.
 #pragma unroll

@@ -95,8 +95,9 @@ std::vector<NormCase> norm_cases() {
             v.push_back({k, d.tx, d.tp, d.tout, M, H, l, cuda});
   for (bool cuda : {false, true})
     v.push_back({NormKind::layernorm, DType::bf16, DType::bf16, DType::bf16, 40, 96, Layout::transposed, cuda});
-  // Many blocks of the staged forward's two rows each, an odd last row, and (2^21 + 3 rows) a grid capped at 2^20
-  // blocks whose blocks stride over several groups (f16 x and f32 parameters with bf16 x take the per-row kernel).
+  // Many blocks of the staged LayerNorm forward's two rows each, an odd last row, and (2^21 + 3 rows) a grid capped at
+  // 2^20 blocks whose blocks stride over several groups (RMSNorm, f16 x and f32 parameters with bf16 x take the
+  // per-row kernel, here with many rows too).
   for (NormKind k : {NormKind::layernorm, NormKind::rmsnorm})
     for (const D& d : dts)
       for (auto [M, H] : {std::pair<int64_t, int64_t>{3001, 4096}, {5000, 1000}})
