@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
 // no registers in flight: the next row is requested as soon as the current one is in registers. Not persistent:
 // the hardware hands out blocks as others finish (persistent blocks with fixed shares of rows were slower and
 // erratic; more rows per block lengthen the tail). Chunks and parameters are raw words and the kind fixed
-// (LayerNorm with beta, mean written): at 128 registers every one counted (Vec chunks and runtime kind tests cost
-// 6 %). RMSNorm stays on the per-row kernel, which measured faster for it (its rows carry no beta to read). Needs
+// (LayerNorm with beta, mean written): at 128 registers every one counted (Vec chunks and parameters with runtime
+// kind tests cost 6 %). RMSNorm stays on the per-row kernel, which measured faster for it (its rows carry no beta to read). Needs
 // sm_90, a row held whole in registers, and parameters no wider than x. Blocks stride over groups when the grid is
 // capped.
 constexpr int kStagedRows = 2;
