@@ -6,10 +6,12 @@
 // libteengine.so beside it):
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I. -Ibuild -Iinclude \
 //        tools/bench/micro/ln_variants.cu -o DIR/ln_variants -Lbuild -lteengine -Xlinker -rpath,'$ORIGIN'
-// Run: ./ln_variants [M] [H] [check]   (check: verify only, one launch per variant, e.g. under ncu)
+// Run: ./ln_variants [M] [H] [check|time] [uniform|normal]   (check: verify only, one launch per variant, e.g. under
+// ncu; normal: the data of `teengine bench norm`)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -342,9 +344,16 @@ int main(int argc, char** argv) {
     std::memcpy(&u, &f, 4);
     return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
   };
-  for (auto& v : hx) v = bf(2.f * (rnd() - 0.5f) * 3.f + 0.5f);
-  for (auto& v : hg) v = bf(1.f + (rnd() - 0.5f));
-  for (auto& v : hb) v = bf(rnd() - 0.5f);
+  // Uniform by default; "normal": `teengine bench norm`'s distributions (x ~ N(0.5, 2), gamma ~ N(1, 0.5),
+  // beta ~ N(0, 0.5)), to test whether the data moves the time (the bench timed the staged kernel ~2.5 µs slower).
+  const bool normal = argc > 4 && std::string(argv[4]) == "normal";
+  auto gauss = [&](float mean, float sd) {  // Box-Muller
+    const float u1 = std::max(rnd(), 1e-7f), u2 = rnd();
+    return mean + sd * std::sqrt(-2.f * std::log(u1)) * std::cos(6.2831853f * u2);
+  };
+  for (auto& v : hx) v = bf(normal ? gauss(0.5f, 2.f) : 2.f * (rnd() - 0.5f) * 3.f + 0.5f);
+  for (auto& v : hg) v = bf(normal ? gauss(1.f, 0.5f) : 1.f + (rnd() - 0.5f));
+  for (auto& v : hb) v = bf(normal ? gauss(0.f, 0.5f) : rnd() - 0.5f);
   T *x, *g, *b, *y;
   float *mean, *rstd;
   CK(cudaMalloc(&x, n * 2));
