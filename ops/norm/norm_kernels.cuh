@@ -20,10 +20,13 @@ constexpr int kItems = 8;
 template <class TX>
 constexpr int vec_width() { return 16 / static_cast<int>(sizeof(TX)); }
 
+// Elements of x's dtype in one 16-byte vector (vec_width for a run-time dtype).
+inline int vector_elems(DType tx) { return 128 / dtype_bits(tx); }
+
 // The vector path's inputs: H a multiple of x's 16-byte vector, x aligned to it and gamma/beta to vectors of as
 // many elements. Each forward adds its output's condition.
 inline bool vector_inputs(const NormFwdArgs& a) {
-  const int vec = 128 / dtype_bits(a.tx), param_bytes = vec * dtype_bits(a.tp) / 8;
+  const int vec = vector_elems(a.tx), param_bytes = vec * dtype_bits(a.tp) / 8;
   const auto aligned = [](const void* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   return a.cols % vec == 0 && aligned(a.x, 16) && aligned(a.gamma, param_bytes) && aligned(a.beta, param_bytes);
 }

@@ -118,7 +118,7 @@ constexpr int V() { return vec_width<TX>(); }
 
 bool norm_quantize_fusable(const NormFwdArgs& a) {
   return is_high_precision(a.tx) && is_high_precision(a.tp) && is_high_precision(a.tout) && vector_inputs(a) &&
-         a.cols / (128 / dtype_bits(a.tx)) <= int64_t(kItems) * kMaxThreads;  // the row fits the register cache
+         a.cols / vector_elems(a.tx) <= int64_t(kItems) * kMaxThreads;  // the row fits the register cache
 }
 
 void norm_quantize_forward(const NormQuantArgs& a, const Stream& stream) {
