@@ -6,9 +6,9 @@
 #include <type_traits>
 
 #include "engine/device.h"
-#include "ops/elementwise/bulk_copy.cuh"
 #include "ops/elementwise/column_sum.cuh"
 #include "ops/norm/norm_kernels.cuh"
+#include "ops/norm/norm_staged.cuh"
 
 namespace te::cuda {
 namespace {
@@ -56,75 +56,24 @@ __global__ void __launch_bounds__(kMaxThreads) norm_fwd_kernel(const TX* __restr
   }
 }
 
-// The per-row kernel above reads gamma/beta after the statistics, on every row's critical path (without them it ran
-// at the speed of a plain copy of its structure). Here a block takes kStagedRows consecutive rows, reads the
-// parameters once into registers for all of them, and stages its rows in shared memory by bulk copies, which hold
-// no registers in flight: the next row is requested as soon as the current one is in registers. Not persistent:
-// the hardware hands out blocks as others finish (persistent blocks with fixed shares of rows were slower and
-// erratic; more rows per block lengthen the tail). Chunks and parameters are raw words and the kind a template
-// parameter (kRms: no beta, no mean; else LayerNorm with beta, mean written): at 128 registers every one counted
-// (Vec chunks and parameters with runtime kind tests cost 6 %). The staged row starts 128-byte aligned in shared
-// memory: at the default 16 bytes (after 400 bytes of static shared memory) every bulk copy crossed a 128-byte line
-// and the kernel ran 5 % slower. Needs sm_90, a row held whole in registers, and parameters no wider than x. Blocks
-// stride over groups when the grid is capped.
-constexpr int kStagedRows = 2;
-
+// The staged forward (norm_staged.cuh): rows by bulk copies, parameters held, y stored chunk by chunk.
 template <class TX, class TP, class TO, int VEC, bool kRms>
 __global__ void __launch_bounds__(kMaxThreads) norm_fwd_staged_kernel(
     const TX* __restrict__ x, const TP* __restrict__ gamma, const TP* __restrict__ beta, TO* __restrict__ out,
     float* mean_out, float* rstd_out, int64_t M, int64_t H, float eps) {
-  extern __shared__ __align__(128) unsigned char staged[];  // one row of x, on whole 128-byte lines
-  __shared__ __align__(8) uint64_t landed;
-  __shared__ float smem[96];
   const int nch = static_cast<int>(H / VEC);
-  const uint32_t row_bytes = static_cast<uint32_t>(H * sizeof(TX));
-  const TX* xs = reinterpret_cast<const TX*>(staged);
-  // This block's k-th row: groups of kStagedRows, strided by the grid.
-  const auto row_of = [&](int64_t k) {
-    return (blockIdx.x + (k / kStagedRows) * int64_t(gridDim.x)) * kStagedRows + k % kStagedRows;
-  };
-  if (threadIdx.x == 0) {
-    bulk::barrier_init(&landed);
-    bulk::load(staged, x + row_of(0) * H, row_bytes, &landed);  // row_of(0) < M: grid ≤ ceil(M / kStagedRows)
-  }
-  Words<TP, VEC> g[kItems], b[kItems];
+  staged_rows<TX, TP, VEC, kRms>(x, gamma, beta, mean_out, rstd_out, M, H, eps,
+                                 [&](int64_t row, auto& v, auto& g, auto& b, float mu, float rstd) {
 #pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    const int c = chunk_of<VEC>(i);
-    if (c < nch) {
-      g[i].load(gamma + c * VEC);
-      if constexpr (!kRms) b[i].load(beta + c * VEC);
-    }
-  }
-  __syncthreads();  // the barrier is initialised
-  for (int64_t k = 0, row = row_of(0); row < M; row = row_of(++k)) {
-    bulk::wait(&landed, static_cast<uint32_t>(k & 1));
-    Words<TX, VEC> v[kItems];
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-      if (chunk_of<VEC>(i) < nch) v[i].load(xs + chunk_of<VEC>(i) * VEC);
-    __syncthreads();  // every thread has its chunks: refill
-    if (threadIdx.x == 0 && row_of(k + 1) < M) bulk::load(staged, x + row_of(k + 1) * H, row_bytes, &landed);
-    float mu, rstd;  // the whole row is in v: xs is not re-read
-    row_stats_of<TX, VEC>([&](int i, float (&t)[VEC]) { v[i].unpack(t); }, xs, nch, H, kRms, eps, smem, mu, rstd);
-    store_row_stats<!kRms>(mean_out, rstd_out, row, mu, rstd);
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const int c = chunk_of<VEC>(i);
-      if (c < nch) {
-        float t[VEC], gg[VEC], bb[VEC], y[VEC];
-        g[i].keep_packed();
-        g[i].unpack(gg);
-        if constexpr (!kRms) {
-          b[i].keep_packed();
-          b[i].unpack(bb);
-        }
-        v[i].unpack(t);
-        normalize_chunk<VEC>(t, gg, !kRms, bb, mu, rstd, y);
-        store_vec<TO, VEC, true>(out + row * H, int64_t(c) * VEC, y);
-      }
-    }
-  }
+                                   for (int i = 0; i < kItems; ++i) {
+                                     const int c = chunk_of<VEC>(i);
+                                     if (c < nch) {
+                                       float y[VEC];
+                                       staged_chunk<TX, TP, VEC, kRms>(v[i], g[i], b[i], mu, rstd, y);
+                                       store_vec<TO, VEC, true>(out + row * H, int64_t(c) * VEC, y);
+                                     }
+                                   }
+                                 });
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (RMSNorm: no mean(g) term).
@@ -202,20 +151,11 @@ void norm_forward(const NormFwdArgs& a, const Stream& stream) {
         const bool vec = vector_inputs(a) && (reinterpret_cast<uintptr_t>(a.out) % (sizeof(TO) * V)) == 0;
         const bool rms = a.kind == NormKind::rmsnorm;
         const int threads = threads_for(vec ? a.cols / V : a.cols);
-        // Staged: LayerNorm with beta or RMSNorm (the kinds it is compiled for), parameters no wider than x (they
-        // stay in registers beside it; f16 x's software unpacking spilled too), the row held whole (no re-read), in
-        // the default 48 KB of shared memory.
-        constexpr bool kStageable = !std::is_same_v<TX, F16> && sizeof(TP) <= sizeof(TX);
-        if constexpr (kStageable) {
-          const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(TX));
-          const bool kind_ok = rms ? a.beta == nullptr : a.beta != nullptr && a.mean != nullptr;
-          // Fewer rows than a full wave of two-row blocks (about 8 per SM) have fewer rows in flight than the
-          // per-row kernel: 1024 × 4096 bf16 took 7.9 against 7.4 µs. (Device queries last: the cheap tests first.)
-          if (vec && kind_ok && a.cols / V <= int64_t(kItems) * threads && row_bytes <= 48 * 1024 &&
-              a.rows >= int64_t(kStagedRows) * 8 * current_sm_count() && current_cc_major() >= 9) {
+        if constexpr (kStageable<TX, TP>) {
+          if (staged_forward_fits<TX, TP>(a, vec, threads)) {
             const int64_t grid = std::min((a.rows + kStagedRows - 1) / kStagedRows, kMaxGrid);
             const auto kernel = rms ? norm_fwd_staged_kernel<TX, TP, TO, V, true> : norm_fwd_staged_kernel<TX, TP, TO, V, false>;
-            kernel<<<static_cast<unsigned>(grid), threads, row_bytes, raw_stream(stream)>>>(
+            kernel<<<static_cast<unsigned>(grid), threads, a.cols * sizeof(TX), raw_stream(stream)>>>(
                 static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
                 static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps);
             TE_CUDA_CHECK_LAUNCH();
