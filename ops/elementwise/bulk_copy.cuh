@@ -21,8 +21,8 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar) {
 
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst; the barrier's
 // current phase completes when they have landed. Give dst 128-byte alignment (`extern __shared__ __align__(128)`):
-// a dst that is only 16-byte aligned costs the LayerNorm forward 5 %. A refill of a buffer other threads have read needs a
-// __syncthreads() between their reads and this call.
+// a dst that is only 16-byte aligned costs the LayerNorm forward 5 %. A refill of a buffer other threads have read
+// needs a __syncthreads() between their reads and this call.
 __device__ __forceinline__ void load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // earlier generic accesses before the async write

@@ -154,7 +154,8 @@ void norm_forward(const NormFwdArgs& a, const Stream& stream) {
         if constexpr (kStageable<TX, TP>) {
           if (staged_forward_fits<TX, TP>(a, vec, threads)) {
             const int64_t grid = std::min((a.rows + kStagedRows - 1) / kStagedRows, kMaxGrid);
-            const auto kernel = rms ? norm_fwd_staged_kernel<TX, TP, TO, V, true> : norm_fwd_staged_kernel<TX, TP, TO, V, false>;
+            const auto kernel =
+                rms ? norm_fwd_staged_kernel<TX, TP, TO, V, true> : norm_fwd_staged_kernel<TX, TP, TO, V, false>;
             kernel<<<static_cast<unsigned>(grid), threads, a.cols * sizeof(TX), raw_stream(stream)>>>(
                 static_cast<const TX*>(a.x), static_cast<const TP*>(a.gamma), static_cast<const TP*>(a.beta),
                 static_cast<TO*>(a.out), a.mean, a.rstd, a.rows, a.cols, a.eps);

@@ -23,15 +23,15 @@ namespace te::cuda::norm_detail {
 
 constexpr int kStagedRows = 2;
 
-// Whether the staged forward takes this configuration: LayerNorm with beta or RMSNorm (the kinds it is compiled
-// for), the vector path, parameters no wider than x (they stay in registers beside it; f16 x's software unpacking
-// spilled too), the row held whole (no re-read) in the default 48 KB of shared memory, and at least a full wave
-// of two-row blocks (about 8 per SM): fewer rows have fewer in flight than the per-row kernel (1024 × 4096 bf16
-// took 7.9 against 7.4 µs). Device queries last: the cheap tests first.
-// Launchers test kStageable first (`if constexpr`): the other type pairs are never compiled staged.
+// The type pairs compiled staged: parameters no wider than x (they stay in registers beside it; f16 x's software
+// unpacking spilled too). Launchers test it with `if constexpr` before staged_forward_fits.
 template <class TX, class TP>
 constexpr bool kStageable = !std::is_same_v<TX, F16> && sizeof(TP) <= sizeof(TX);
 
+// Whether the staged forward takes this configuration: LayerNorm with beta or RMSNorm (the kinds it is compiled
+// for), the vector path, the row held whole (no re-read) in the default 48 KB of shared memory, and at least a full
+// wave of two-row blocks (about 8 per SM): fewer rows have fewer in flight than the per-row kernel (1024 × 4096 bf16
+// took 7.9 against 7.4 µs). Device queries last: the cheap tests first.
 template <class TX, class TP>
 bool staged_forward_fits(const NormFwdArgs& a, bool vec, int threads) {
   static_assert(kStageable<TX, TP>);

@@ -67,12 +67,10 @@ __device__ __forceinline__ void normalize_store(const uint4& xv, const uint4& g,
   store_vec<T, V, true>(yr, int64_t(c) * V, y);
 }
 
-// Statistics and output of a row held in v, gamma/beta held packed in g, b (kept opaque: else unpacked outside the
-// row loop, and spilled).
-template <int I>
-__device__ __forceinline__ void finish_row(const uint4 (&v)[I], uint4 (&g)[I], uint4 (&b)[I], int nch, int64_t H,
-                                           float eps, float* smem, T* yr, float* mean_out, float* rstd_out,
-                                           int64_t row) {
+// Statistics and output of a row held in v; params(i, c, g, b) gives chunk c's gamma/beta (held or loaded).
+template <int I, class Params>
+__device__ __forceinline__ void finish_row(const uint4 (&v)[I], int nch, int64_t H, float eps, float* smem, T* yr,
+                                           float* mean_out, float* rstd_out, int64_t row, Params&& params) {
   float mu, rstd;
   stats4<I>(v, nch, H, eps, smem, mu, rstd);
   if (threadIdx.x == 0) mean_out[row] = mu, rstd_out[row] = rstd;
@@ -80,11 +78,21 @@ __device__ __forceinline__ void finish_row(const uint4 (&v)[I], uint4 (&g)[I], u
   for (int i = 0; i < I; ++i) {
     const int c = chunk_of<V>(i);
     if (c < nch) {
-      asm volatile("" : "+r"(g[i].x), "+r"(g[i].y), "+r"(g[i].z), "+r"(g[i].w), "+r"(b[i].x), "+r"(b[i].y),
-                   "+r"(b[i].z), "+r"(b[i].w));
-      normalize_store(v[i], g[i], b[i], mu, rstd, yr, c);
+      uint4 g, b;
+      params(i, c, g, b);
+      normalize_store(v[i], g, b, mu, rstd, yr, c);
     }
   }
+}
+
+// finish_row's parameters held packed in g, b (kept opaque: else unpacked outside the row loop, and spilled).
+template <int I>
+__device__ __forceinline__ auto held_params(uint4 (&g)[I], uint4 (&b)[I]) {
+  return [&](int i, int, uint4& gi, uint4& bi) {
+    asm volatile("" : "+r"(g[i].x), "+r"(g[i].y), "+r"(g[i].z), "+r"(g[i].w), "+r"(b[i].x), "+r"(b[i].y),
+                 "+r"(b[i].z), "+r"(b[i].w));
+    gi = g[i], bi = b[i];
+  };
 }
 
 // ---- TMA ring, second round: gamma/beta held, x in registers, plus
@@ -151,7 +159,7 @@ __global__ void __launch_bounds__(MINB > 1 ? 512 / I : kMaxThreads, MINB) k_tma2
           if (chunk_of<V>(i) < nch) *reinterpret_cast<uint4*>(out + row * H + chunk_of<V>(i) * V) = v[i];
       }
     } else {
-    finish_row<I>(v, g, b, nch, H, eps, smem, kStore ? xs : out + row * H, mean_out, rstd_out, row);
+    finish_row<I>(v, nch, H, eps, smem, kStore ? xs : out + row * H, mean_out, rstd_out, row, held_params<I>(g, b));
     }
     if constexpr (kStore) {
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this thread's y → visible to the bulk store
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(kMaxThreads) k_chunk(const T* __restrict__ x, 
     if (threadIdx.x == 0 && k + S < n) {
       bulk::load(ring + st * row_bytes, x + (row + S) * H, row_bytes, &bar[st]);
     }
-    finish_row<I>(v, g, b, nch, H, eps, smem, out + row * H, mean_out, rstd_out, row);
+    finish_row<I>(v, nch, H, eps, smem, out + row * H, mean_out, rstd_out, row, held_params<I>(g, b));
   }
 }
 
@@ -313,14 +321,9 @@ __global__ void __launch_bounds__(kMaxThreads) k_ref(const T* __restrict__ x, co
 #pragma unroll
     for (int i = 0; i < I; ++i)
       if (chunk_of<V>(i) < nch) v[i] = ld4(xr + chunk_of<V>(i) * V);
-    float mu, rstd;
-    stats4<I>(v, nch, H, eps, smem, mu, rstd);
-    if (threadIdx.x == 0) mean_out[row] = mu, rstd_out[row] = rstd;
-#pragma unroll
-    for (int i = 0; i < I; ++i) {
-      const int c = chunk_of<V>(i);
-      if (c < nch) normalize_store(v[i], ld4(gamma + c * V), ld4(beta + c * V), mu, rstd, out + row * H, c);
-    }
+    finish_row<I>(v, nch, H, eps, smem, out + row * H, mean_out, rstd_out, row, [&](int, int c, uint4& g, uint4& b) {
+      g = ld4(gamma + c * V), b = ld4(beta + c * V);
+    });
   }
 }
 
