@@ -1,4 +1,4 @@
-// The sequence-parallel collectives along dim 0 (shared/NUMERICS.md §4–§5).
+// The sequence-parallel collectives along dim 0 (docs/NUMERICS.md §4–§5).
 //
 // gather_along_first_dim returns on every rank exactly the bytes of quantizing concat(x_0 … x_{W−1}) on one rank,
 // for any format, usages, world size, local M (equal on all ranks), K and strides. Per usage it takes

@@ -15,14 +15,16 @@ struct TcpRendezvousOptions {
   int rank = 0;
   int world = 1;
   std::chrono::milliseconds timeout{60000};
+  std::string token;  // the job's shared secret: peers presenting another token are refused (TEENGINE_JOB_TOKEN)
 };
 
 // Rank 0 passes the blob and gets it back once all world−1 peers received it; other ranks pass {} and get the
 // blob rank 0 sent (its size is carried on the wire).
 std::vector<uint8_t> tcp_broadcast_blob(const TcpRendezvousOptions& options, const std::vector<uint8_t>& blob);
 
-// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500) from the environment, with
-// LOCAL_RANK returned through `local_rank` (default: RANK). Throws te::InputError naming a missing/bad variable.
+// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500) and TEENGINE_JOB_TOKEN (default
+// empty) from the environment, with LOCAL_RANK returned through `local_rank` (default: RANK). Throws te::InputError
+// naming a missing/bad variable.
 TcpRendezvousOptions rendezvous_options_from_env(int* local_rank = nullptr);
 
 }  // namespace te

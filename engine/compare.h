@@ -1,5 +1,5 @@
 // Relative L2 error ‖got − ref‖ / ‖ref‖ in double (‖got − ref‖ when ref is all zero): the one accuracy measure the
-// tests and the benchmarks' validation steps quote (tolerances in shared/NUMERICS.md §7).
+// tests and the benchmarks' validation steps quote (tolerances in docs/NUMERICS.md §7).
 #pragma once
 #include <cmath>
 #include <cstddef>

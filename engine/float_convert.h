@@ -1,4 +1,4 @@
-// Exact conversions between f32 and every storage format (shared/NUMERICS.md §1), identical on host and device.
+// Exact conversions between f32 and every storage format (docs/NUMERICS.md §1), identical on host and device.
 // Narrow float formats round to nearest even and saturate (finite overflow and ±Inf clamp to ±max, NaN stays NaN)
 // — the semantics of PTX cvt.rn.satfinite. f16/bf16 round to nearest even, overflow to Inf, keep NaN payloads.
 #pragma once

@@ -45,7 +45,17 @@ void log_message(LogLevel level, const std::string& message) {
     sink_ref()(level, message);
     return;
   }
-  std::fprintf(stderr, "[teengine %s] %s\n", level_name(level), message.c_str());
+  std::fprintf(stderr, "[teengine %s] %s%s\n", level_name(level), rank_prefix().c_str(), message.c_str());
+}
+
+const std::string& rank_prefix() {
+  static const std::string prefix = [] {
+    const char* rank = std::getenv("RANK");
+    const char* world = std::getenv("WORLD_SIZE");
+    if (!rank || !world || std::atoi(world) <= 1) return std::string();
+    return "rank " + std::string(rank) + ": ";
+  }();
+  return prefix;
 }
 
 LogSink set_log_sink(LogSink sink) {

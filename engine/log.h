@@ -18,6 +18,9 @@ void log_message(LogLevel level, const std::string& message);
 // Tests capture log lines; nullptr restores stderr. Returns the previous sink.
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 LogSink set_log_sink(LogSink sink);
+// "rank R: " in a process started by a launcher with WORLD_SIZE > 1 (RANK, WORLD_SIZE), else "": stderr lines of
+// several ranks stay attributable.
+const std::string& rank_prefix();
 
 }  // namespace te
 

@@ -1,9 +1,12 @@
-// teengine::Engine (include/teengine/teengine.h): W tensor-parallel ranks as threads of this process over the
-// local communicator (one GPU or the CPU), each running a RankModel on its shard of the tokens and weights.
+// teengine::Engine (include/teengine/teengine.h): this process's tensor-parallel ranks (models/rank_group.h) — all
+// W ranks as threads over the local communicator, or one rank of a launched multi-process group — each running a
+// RankModel on its shard of the tokens and weights.
 #include <teengine/teengine.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,12 +26,55 @@
 namespace teengine {
 using detail::translate;
 
+namespace {
+// What a step leaves in the metrics, over every rank of the group: the slowest rank's time, the summed gather and
+// reduction counters, and each process's peak memory.
+struct StepStats {
+  double ms = 0, device_ms = 0;
+  te::CommMetrics comm;
+  struct Rank {
+    int64_t peak_bytes = 0, peak_rss_bytes = 0;
+  };
+  std::vector<Rank> ranks;  // distributed: one per rank; local: one for this process
+};
+
+int64_t peak_rss_bytes() {  // VmHWM of /proc/self/status; 0 where it cannot be read
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+constexpr int kCounters = 6;
+te::PathCounter* counters(te::CommMetrics& m, int i) {
+  te::PathCounter* all[kCounters] = {&m.gather_quantized, &m.gather_fallback, &m.gather_hp,
+                                     &m.gather_local,     &m.reduce_scatter,  &m.all_reduce};
+  return all[i];
+}
+}  // namespace
+
+struct StagedTensor::Impl {
+  const void* owner = nullptr;   // the Engine::Impl that staged it
+  int64_t tokens = 0;
+  std::vector<te::Tensor> rows;  // per local rank: its rows (all of them without SP), on its device, model dtype
+};
+
+StagedTensor::StagedTensor() = default;
+StagedTensor::~StagedTensor() = default;
+StagedTensor::StagedTensor(const StagedTensor&) = default;
+StagedTensor& StagedTensor::operator=(const StagedTensor&) = default;
+StagedTensor::StagedTensor(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+int64_t StagedTensor::tokens() const { return impl_ ? impl_->tokens : 0; }
+bool StagedTensor::defined() const { return impl_ != nullptr; }
+
 struct Engine::Impl {
-  std::unique_ptr<te::RankGroup> group;  // spec, parameters, and per rank a communicator, context and model
-  std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per rank (run.executor: graph)
+  std::unique_ptr<te::RankGroup> group;  // spec, placement, and per local rank a communicator, context and model
+  std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
   std::mutex mu;  // forward/train_step are serialised
-  std::vector<double> step_ms;
+  std::vector<double> step_ms, device_ms;
   std::vector<float> losses;
+  StepStats last;
   int64_t tokens_done = 0;
   double total_ms = 0;
   int64_t step = 0;
@@ -42,10 +88,18 @@ struct Engine::Impl {
   int64_t local_tokens(int64_t tokens) const {
     return spec().parallel.sequence_parallel && world() > 1 ? tokens / world() : tokens;
   }
-  // (Re)builds the ranks from a spec and its global parameters; the planned forwards are dropped.
-  void build(te::ModelSpec spec, te::GlobalParams params);
-  // Local rows of rank r: SP splits the tokens; without SP every rank sees all of them.
-  te::Tensor rank_input(const te::Tensor& global, int r, te::DType dtype) const;
+  // Local rows of rank r (local index i): SP splits the tokens; without SP every rank sees all of them.
+  te::Tensor rank_input(const te::Tensor& global, int r, int i, te::DType dtype) const;
+  StagedTensor stage(const HostTensor& h);
+  const StagedTensor::Impl& staged(const StagedTensor& t, const char* what) const;  // checks the owner
+  // Runs fn(comm, local index) on every local rank; returns the slowest rank's time on its stream (ms).
+  double run_timed(const std::function<void(te::Communicator&, int)>& fn);
+  StagedTensor run_forward(const StagedTensor::Impl& x, double* device_ms);
+  float run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, double* device_ms);
+  // The global [T, H] output from the ranks' rows (distributed: all-gathered from the other processes).
+  HostTensor to_host(const StagedTensor::Impl& t);
+  // Records a step on this process; distributed: collective (every rank's times and counters).
+  void record_step(double wall_ms, double device_ms, int64_t tokens);
 };
 
 namespace {
@@ -73,22 +127,167 @@ HostTensor tensor_to_host(const te::Tensor& t) {
 }
 }  // namespace
 
-void Engine::Impl::build(te::ModelSpec spec, te::GlobalParams params) {
-  const te::Device dev = te::parse_device(spec.run.device);
-  // Built before the old group goes, so a failure (e.g. out of device memory) leaves the engine as it was.
-  auto next = std::make_unique<te::RankGroup>(std::move(spec), std::move(params), dev);
-  graphs.clear();
-  group = std::move(next);
-  graphs.resize(static_cast<size_t>(world()));
-}
-
-te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, te::DType dtype) const {
+te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, int i, te::DType dtype) const {
   const int64_t n = local_tokens(g.size(0));
   const te::Tensor rows = n == g.size(0) ? g : g.narrow(0, r * n, n);
   // Cast where the rank computes (one kernel on a GPU), not element by element on the host.
-  const te::Stream& st = group->ctxs[r]->stream;
+  const te::Stream& st = group->ctxs[static_cast<size_t>(i)]->stream;
   te::Tensor on_device = rows.contiguous().to(device(), st);
   return on_device.dtype() == dtype ? on_device : te::cast(on_device, dtype, st);
+}
+
+StagedTensor Engine::Impl::stage(const HostTensor& h) {
+  te::Tensor x = host_to_tensor(h);
+  const int64_t hidden = spec().model.hidden;
+  if (x.dim() != 2 || x.size(1) != hidden)
+    TE_INPUT_ERROR("input has shape " << te::shape_str(x.shape()) << " but the model takes [tokens, " << hidden << "]",
+                   "give a 2-D input whose last dimension is model.hidden");
+  if (spec().parallel.sequence_parallel && world() > 1 && x.size(0) % world() != 0)
+    TE_INPUT_ERROR("input has " << x.size(0) << " tokens, not divisible by tp " << world()
+                                << " under sequence parallelism",
+                   "use a token count that is a multiple of parallel.tp");
+  auto out = std::make_shared<StagedTensor::Impl>();
+  out->owner = this;
+  out->tokens = x.size(0);
+  out->rows.resize(static_cast<size_t>(group->local_ranks()));
+  for (auto& c : group->comms) {
+    const int i = group->index_of(*c);
+    out->rows[static_cast<size_t>(i)] = rank_input(x, c->rank(), i, spec().model.dtype);
+  }
+  for (auto& ctx : group->ctxs) ctx->stream.synchronize();  // the host copy may go
+  return StagedTensor(std::move(out));
+}
+
+const StagedTensor::Impl& Engine::Impl::staged(const StagedTensor& t, const char* what) const {
+  if (!t.defined() || t.impl()->owner != this)
+    TE_INPUT_ERROR(what << " was not staged by this engine", "stage it with this engine's stage()");
+  return *t.impl();
+}
+
+double Engine::Impl::run_timed(const std::function<void(te::Communicator&, int)>& fn) {
+  std::vector<double> ms(static_cast<size_t>(group->local_ranks()));
+  te::run_ranks(group->comms, [&](te::Communicator& c) {
+    const int i = group->index_of(c);
+    te::RankContext& ctx = *group->ctxs[static_cast<size_t>(i)];
+    const bool gpu = ctx.device.is_cuda();
+    te::Event begin, end;
+    if (gpu) {
+      begin = te::Event::create(ctx.device, true);
+      end = te::Event::create(ctx.device, true);
+      begin.record(ctx.stream);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(c, i);
+    if (gpu) end.record(ctx.stream);
+    ctx.stream.synchronize();
+    ms[static_cast<size_t>(i)] = gpu ? begin.elapsed_ms(end)
+                                     : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                                           .count();
+  });
+  return *std::max_element(ms.begin(), ms.end());
+}
+
+StagedTensor Engine::Impl::run_forward(const StagedTensor::Impl& x, double* device_ms) {
+  auto out = std::make_shared<StagedTensor::Impl>();
+  out->owner = this;
+  out->tokens = x.tokens;
+  out->rows.resize(x.rows.size());
+  *device_ms = run_timed([&](te::Communicator&, int i) {
+    const te::Tensor& xr = x.rows[static_cast<size_t>(i)];
+    te::RankModel& model = *group->models[static_cast<size_t>(i)];
+    auto& graph = graphs[static_cast<size_t>(i)];
+    if (graph_forward()) {
+      // Planned once per token count (shapes are static in a plan).
+      if (!graph || graph->local_tokens() != xr.size(0)) graph = std::make_unique<te::ModelGraph>(model, xr.size(0));
+      out->rows[static_cast<size_t>(i)] = graph->forward(xr);
+    } else {
+      out->rows[static_cast<size_t>(i)] = model.forward(xr);
+    }
+  });
+  return StagedTensor(std::move(out));
+}
+
+float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, double* device_ms) {
+  TE_CHECK_HINT(spec().run.mode == te::RunMode::train, "train_step on an inference engine",
+                "set run.mode: train in the spec (or --set run.mode=train)");
+  if (x.tokens != t.tokens)
+    TE_INPUT_ERROR("target has " << t.tokens << " tokens but the input has " << x.tokens,
+                   "give a target with the input's shape [tokens, hidden]");
+  ++step;
+  std::vector<float> loss(x.rows.size());
+  *device_ms = run_timed([&](te::Communicator&, int i) {
+    const size_t k = static_cast<size_t>(i);
+    loss[k] = group->models[k]->train_step(x.rows[k], t.rows[k], step);
+  });
+  losses.push_back(loss[0]);
+  return loss[0];
+}
+
+HostTensor Engine::Impl::to_host(const StagedTensor::Impl& t) {
+  const int64_t n = local_tokens(t.tokens), hidden = spec().model.hidden;
+  if (n == t.tokens) return tensor_to_host(t.rows[0]);  // every rank holds all tokens (no SP split)
+  if (group->distributed()) {
+    te::RankContext& ctx = *group->ctxs[0];
+    te::Tensor full = te::Tensor::empty({t.tokens, hidden}, t.rows[0].dtype(), ctx.device, ctx.stream);
+    group->comms[0]->all_gather(t.rows[0].contiguous(ctx.stream), full, ctx.stream).wait();
+    return tensor_to_host(full);
+  }
+  te::Tensor full = te::Tensor::empty({t.tokens, hidden}, spec().model.dtype);
+  for (int r = 0; r < world(); ++r)
+    full.narrow(0, r * n, n).copy_from(t.rows[static_cast<size_t>(r)].to(te::Device::cpu()));
+  return tensor_to_host(full);
+}
+
+void Engine::Impl::record_step(double ms, double dev_ms, int64_t tokens) {
+  StepStats s;
+  for (auto& c : group->comms)
+    for (int k = 0; k < kCounters; ++k) {
+      counters(s.comm, k)->calls += counters(c->metrics(), k)->calls;
+      counters(s.comm, k)->bytes += counters(c->metrics(), k)->bytes;
+    }
+  const StepStats::Rank mine{te::memory_stats(device()).peak_bytes, peak_rss_bytes()};
+  s.ms = ms;
+  s.device_ms = dev_ms;
+  s.ranks = {mine};
+  if (group->distributed()) {
+    // One small all-gather: [ms bits, peak bytes, peak RSS, calls/bytes per counter] from every rank.
+    constexpr int kFields = 4 + 2 * kCounters;
+    std::vector<int64_t> pack(kFields);
+    std::memcpy(&pack[0], &ms, sizeof(double));
+    std::memcpy(&pack[1], &dev_ms, sizeof(double));
+    pack[2] = mine.peak_bytes;
+    pack[3] = mine.peak_rss_bytes;
+    for (int k = 0; k < kCounters; ++k) {
+      pack[4 + 2 * k] = counters(s.comm, k)->calls;
+      pack[5 + 2 * k] = counters(s.comm, k)->bytes;
+    }
+    te::RankContext& ctx = *group->ctxs[0];
+    te::Tensor in = te::Tensor::empty({kFields}, te::DType::i64);
+    std::memcpy(in.data_ptr(), pack.data(), sizeof(int64_t) * kFields);
+    te::Tensor all = te::Tensor::empty({world() * kFields}, te::DType::i64, ctx.device, ctx.stream);
+    group->comms[0]->all_gather(in.to(ctx.device, ctx.stream), all, ctx.stream).wait();
+    te::Tensor host = all.to(te::Device::cpu(), ctx.stream);
+    ctx.stream.synchronize();
+    const auto* v = static_cast<const int64_t*>(host.data_ptr());
+    s = StepStats{};
+    for (int r = 0; r < world(); ++r, v += kFields) {
+      double rank_ms = 0, rank_dev_ms = 0;
+      std::memcpy(&rank_ms, &v[0], sizeof(double));
+      std::memcpy(&rank_dev_ms, &v[1], sizeof(double));
+      s.ms = std::max(s.ms, rank_ms);
+      s.device_ms = std::max(s.device_ms, rank_dev_ms);
+      s.ranks.push_back({v[2], v[3]});
+      for (int k = 0; k < kCounters; ++k) {
+        counters(s.comm, k)->calls += v[4 + 2 * k];
+        counters(s.comm, k)->bytes += v[5 + 2 * k];
+      }
+    }
+  }
+  last = s;
+  step_ms.push_back(s.ms);
+  device_ms.push_back(s.device_ms);
+  total_ms += s.ms;
+  tokens_done += tokens;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -98,118 +297,144 @@ Engine::~Engine() = default;
 
 Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this file's namespace
   auto impl = std::make_unique<Engine::Impl>();
-  te::GlobalParams params = spec.weights_path.empty() ? te::init_params(spec) : te::load_params(spec, spec.weights_path);
-  impl->build(std::move(spec), std::move(params));
+  const te::RankPlacement placement = te::place_ranks(spec);
+  impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
+  impl->graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
   return Engine(std::move(impl));
 }
 
 void Engine::load_weights(const std::string& path) {
   translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
     te::ModelSpec spec = impl_->spec();
-    te::GlobalParams params = te::load_params(spec, path);  // a bad file leaves the engine as it was
-    impl_->build(std::move(spec), std::move(params));
+    spec.weights_path = path;
+    impl_->group->load(te::shards_for(spec));  // a bad file leaves the engine as it was
+    for (auto& g : impl_->graphs) g.reset();
   });
 }
 
 void Engine::save_weights(const std::string& path) const {
   translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
     te::RankGroup& g = *impl_->group;
-    for (auto& r : g.models) r->ctx().stream.synchronize();
-    for (auto& r : g.models) r->export_params(g.params);
-    te::save_params(g.params, g.spec.model.dtype, path);
+    te::GlobalParams params = g.gather_params();
+    if (g.placement.rank == 0) te::save_params(params, g.spec.model.dtype, path);
   });
 }
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 HostTensor Engine::forward(const HostTensor& input) {
   return translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    Impl& m = *impl_;
-    te::Tensor x = host_to_tensor(input);
-    const int64_t hidden = m.spec().model.hidden;
-    if (x.dim() != 2 || x.size(1) != hidden)
-      TE_INPUT_ERROR("input has shape " << te::shape_str(x.shape()) << " but the model takes [tokens, " << hidden
-                                        << "]",
-                     "give a 2-D input whose last dimension is model.hidden");
-    if (m.spec().parallel.sequence_parallel && m.world() > 1 && x.size(0) % m.world() != 0)
-      TE_INPUT_ERROR("input has " << x.size(0) << " tokens, not divisible by tp " << m.world()
-                                  << " under sequence parallelism",
-                     "use a token count that is a multiple of parallel.tp");
-    std::vector<te::Tensor> outs(m.world());
-    auto t0 = std::chrono::steady_clock::now();
-    te::run_ranks(m.group->comms, [&](te::Communicator& c) {
-      const int r = c.rank();
-      te::Tensor xr = m.rank_input(x, r, m.spec().model.dtype);
-      if (m.graph_forward()) {
-        // Planned once per token count (shapes are static in a plan).
-        if (!m.graphs[r] || m.graphs[r]->local_tokens() != xr.size(0))
-          m.graphs[r] = std::make_unique<te::ModelGraph>(*m.group->models[r], xr.size(0));
-        outs[r] = m.graphs[r]->forward(xr);
-      } else {
-        outs[r] = m.group->models[r]->forward(xr);
-      }
-      m.group->ctxs[r]->stream.synchronize();
-    });
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    m.step_ms.push_back(ms);
-    m.total_ms += ms;
-    m.tokens_done += x.size(0);
-    const int64_t n = m.local_tokens(x.size(0));
-    if (n == x.size(0)) return tensor_to_host(outs[0]);  // every rank holds all tokens (no SP split)
-    te::Tensor full = te::Tensor::empty({x.size(0), hidden}, m.spec().model.dtype);
-    for (int r = 0; r < m.world(); ++r) full.narrow(0, r * n, n).copy_from(outs[r].to(te::Device::cpu()));
-    return tensor_to_host(full);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
+    const auto t0 = std::chrono::steady_clock::now();
+    double device = 0;
+    StagedTensor x = impl_->stage(input);
+    HostTensor y = impl_->to_host(*impl_->run_forward(*x.impl(), &device).impl());
+    impl_->record_step(ms_since(t0), device, x.tokens());
+    return y;
   });
 }
 
 float Engine::train_step(const HostTensor& input, const HostTensor& target) {
   return translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    Impl& m = *impl_;
-    TE_CHECK_HINT(m.spec().run.mode == te::RunMode::train, "train_step on an inference engine",
-                  "set run.mode: train in the spec (or --set run.mode=train)");
-    te::Tensor x = host_to_tensor(input), t = host_to_tensor(target);
-    if (x.shape() != t.shape())
-      TE_INPUT_ERROR("target shape " << te::shape_str(t.shape()) << " differs from input shape "
-                                     << te::shape_str(x.shape()),
-                     "give a target with the input's shape [tokens, hidden]");
-    ++m.step;
-    std::vector<float> loss(m.world());
-    auto t0 = std::chrono::steady_clock::now();
-    te::run_ranks(m.group->comms, [&](te::Communicator& c) {
-      const int r = c.rank();
-      loss[r] = m.group->models[r]->train_step(m.rank_input(x, r, m.spec().model.dtype),
-                                       m.rank_input(t, r, m.spec().model.dtype), m.step);
-      m.group->ctxs[r]->stream.synchronize();
-    });
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    m.step_ms.push_back(ms);
-    m.total_ms += ms;
-    m.tokens_done += x.size(0);
-    m.losses.push_back(loss[0]);
-    return loss[0];
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
+    const auto t0 = std::chrono::steady_clock::now();
+    double device = 0;
+    StagedTensor x = impl_->stage(input), t = impl_->stage(target);
+    const float loss = impl_->run_train(*x.impl(), *t.impl(), &device);
+    impl_->record_step(ms_since(t0), device, x.tokens());
+    return loss;
   });
 }
 
+StagedTensor Engine::stage(const HostTensor& tensor) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
+    return impl_->stage(tensor);
+  });
+}
+
+StagedTensor Engine::forward(const StagedTensor& input) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
+    const auto t0 = std::chrono::steady_clock::now();
+    double device = 0;
+    StagedTensor y = impl_->run_forward(impl_->staged(input, "forward's input"), &device);
+    impl_->record_step(ms_since(t0), device, input.tokens());
+    return y;
+  });
+}
+
+float Engine::train_step(const StagedTensor& input, const StagedTensor& target) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
+    const auto t0 = std::chrono::steady_clock::now();
+    double device = 0;
+    const float loss = impl_->run_train(impl_->staged(input, "train_step's input"),
+                                        impl_->staged(target, "train_step's target"), &device);
+    impl_->record_step(ms_since(t0), device, input.tokens());
+    return loss;
+  });
+}
+
+HostTensor Engine::to_host(const StagedTensor& tensor) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
+    return impl_->to_host(impl_->staged(tensor, "to_host's tensor"));
+  });
+}
+
+double Engine::last_step_ms() const { return impl_->step_ms.empty() ? 0.0 : impl_->step_ms.back(); }
+
 int64_t Engine::hidden() const { return impl_->spec().model.hidden; }
+int Engine::rank() const { return impl_->group->placement.rank; }
+int Engine::world_size() const { return impl_->world(); }
 int64_t Engine::tokens() const { return impl_->spec().run.tokens; }
 
 std::string Engine::metrics_json() const {
   const Impl& m = *impl_;
-  const te::CommMetrics& c = m.group->comms[0]->metrics();
+  const te::CommMetrics& c = m.last.comm;
   auto pc = [](const te::PathCounter& p) { return nlohmann::json{{"calls", p.calls}, {"bytes", p.bytes}}; };
+  int64_t peak = 0, rss = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : m.last.ranks) {
+    peak = std::max(peak, r.peak_bytes);
+    rss = std::max(rss, r.peak_rss_bytes);
+    ranks.push_back({{"peak_bytes", r.peak_bytes}, {"peak_rss_bytes", r.peak_rss_bytes}});
+  }
+  if (m.last.ranks.empty()) {
+    peak = te::memory_stats(m.device()).peak_bytes;
+    rss = peak_rss_bytes();
+  }
   nlohmann::json j = {
       {"model", m.spec().name},
       {"mode", std::string(te::run_mode_name(m.spec().run.mode))},
       {"device", m.device().str()},
       {"world_size", m.world()},
+      {"comm_backend", std::string(te::comm_backend_name(m.group->placement.backend))},
+      {"processes", m.group->distributed() ? m.world() : 1},
       {"recipe", std::string(te::recipe_name(m.spec().precision.recipe))},
       {"tokens", m.spec().run.tokens},
       {"steps", static_cast<int64_t>(m.step_ms.size())},
       {"step_ms", m.step_ms},
+      {"device_ms", m.device_ms},
       {"tokens_per_s", m.total_ms > 0 ? static_cast<double>(m.tokens_done) / (m.total_ms * 1e-3) : 0.0},
-      {"peak_bytes", te::memory_stats(m.device()).peak_bytes},
+      {"peak_bytes", peak},
+      {"peak_rss_bytes", rss},
+      {"per_process", ranks},
       {"loss", m.losses},
       {"comm",
        {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
@@ -228,7 +453,11 @@ std::string Engine::explain() const {
   const bool sp = m.spec().parallel.sequence_parallel && w > 1;
   const int64_t local_tokens = m.local_tokens(m.spec().run.tokens);
   te::RecipeConfigs rc = te::recipe_configs(m.spec().precision, m.spec().run.seed);
-  o << "device " << m.device().str() << ", " << w << " rank(s) on the local communicator\n";
+  if (m.group->distributed())
+    o << "device " << m.device().str() << ", rank " << m.group->placement.rank << " of " << w << " (one process per rank, "
+      << te::comm_backend_name(m.group->placement.backend) << ")\n";
+  else
+    o << "device " << m.device().str() << ", " << w << " rank(s) as threads on the local communicator\n";
   o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec().model.hidden << "]):\n";
   // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
   auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {

@@ -6,7 +6,7 @@
 //   without SP the column layer takes x [T, H] replicated and the row layer all-reduces instead.
 //
 // Under a quantized recipe the gather goes through gather_along_first_dim, which stays quantized when the local
-// shard allows (row-wise 1D always) and otherwise falls back to the model dtype (shared/NUMERICS.md §4–§5). The
+// shard allows (row-wise 1D always) and otherwise falls back to the model dtype (docs/NUMERICS.md §4–§5). The
 // norm output is kept in high precision locally so the backward re-gather of its column-wise copy is exact on
 // either path. Weights are quantized once per optimizer step (cached), with per-tensor amaxes reduced over the
 // group so tp = N matches tp = 1.

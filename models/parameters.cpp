@@ -25,23 +25,25 @@ std::vector<Piece> pieces(const ParamSpec& p, int rank, int tp) {
   const int64_t half = n / 2, part = half / tp;
   return {{rank * part, 0, part}, {half + rank * part, part, part}};
 }
+
+Tensor init_param(const ModelSpec& spec, const ParamSpec& p) {
+  Tensor t = Tensor::empty(p.shape, DType::f32);
+  switch (p.role) {
+    case ParamRole::norm_weight: t.fill(1.0); break;
+    case ParamRole::norm_bias:
+    case ParamRole::bias: t.fill(0.0); break;
+    case ParamRole::weight:
+      t.fill_normal(spec.run.seed ^ name_hash(p.name), 0.f, 1.f / std::sqrt(static_cast<float>(p.shape.back())));
+      break;
+  }
+  return t;
+}
 }  // namespace
 
 GlobalParams init_params(const ModelSpec& spec) {
   GlobalParams g;
   g.specs = parameter_specs(spec);
-  for (const ParamSpec& p : g.specs) {
-    Tensor t = Tensor::empty(p.shape, DType::f32);
-    switch (p.role) {
-      case ParamRole::norm_weight: t.fill(1.0); break;
-      case ParamRole::norm_bias:
-      case ParamRole::bias: t.fill(0.0); break;
-      case ParamRole::weight:
-        t.fill_normal(spec.run.seed ^ name_hash(p.name), 0.f, 1.f / std::sqrt(static_cast<float>(p.shape.back())));
-        break;
-    }
-    g.values.push_back(t);
-  }
+  for (const ParamSpec& p : g.specs) g.values.push_back(init_param(spec, p));
   return g;
 }
 
@@ -59,6 +61,35 @@ void save_params(const GlobalParams& params, DType dtype, const std::string& pat
     out.emplace(params.specs[i].name,
                 Tensor::from_f32(params.values[i].to_f32_vector(), params.values[i].shape(), dtype));
   write_safetensors(path, out);
+}
+
+RankShards shard_params(const GlobalParams& global, int rank, int tp) {
+  RankShards s{global.specs, {}};
+  for (size_t i = 0; i < global.specs.size(); ++i) s.values.push_back(shard_param(global.specs[i], global.values[i], rank, tp));
+  return s;
+}
+
+RankShards init_rank_params(const ModelSpec& spec, int rank, int tp) {
+  RankShards s{parameter_specs(spec), {}};
+  for (const ParamSpec& p : s.specs) s.values.push_back(shard_param(p, init_param(spec, p), rank, tp));
+  return s;
+}
+
+RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int rank, int tp) {
+  RankShards s{parameter_specs(spec), {}};
+  SafetensorsReader r = SafetensorsReader::open(path);
+  for (const ParamSpec& p : s.specs) {
+    if (p.shard_dim < 0 || tp == 1) {
+      s.values.push_back(r.read_converted(p.name, p.shape, DType::f32));
+      continue;
+    }
+    Tensor local = Tensor::empty(local_shape(p, tp), DType::f32);
+    for (const Piece& piece : pieces(p, rank, tp))
+      local.narrow(p.shard_dim, piece.local_begin, piece.length)
+          .copy_from(r.read_slice_converted(p.name, p.shape, p.shard_dim, piece.global_begin, piece.length, DType::f32));
+    s.values.push_back(local);
+  }
+  return s;
 }
 
 Tensor shard_param(const ParamSpec& p, const Tensor& global, int rank, int tp) {

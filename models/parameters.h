@@ -24,6 +24,18 @@ GlobalParams load_params(const ModelSpec& spec, const std::string& path);
 // Writes the global tensors in the model dtype (atomically: temporary file, then rename).
 void save_params(const GlobalParams& params, DType dtype, const std::string& path);
 
+// One rank's shards (f32, host, local shapes), in parameter_specs() order: what a RankModel is built from.
+struct RankShards {
+  std::vector<ParamSpec> specs;
+  std::vector<Tensor> values;
+};
+RankShards shard_params(const GlobalParams& global, int rank, int tp);
+// Seeded init of one rank: the same values as shard_params(init_params(spec)), one global tensor at a time.
+RankShards init_rank_params(const ModelSpec& spec, int rank, int tp);
+// Reads only this rank's slices from a safetensors file of global tensors (by byte offsets; replicated tensors
+// whole), so a process holds about 1/tp of the sharded weights. Errors as load_params.
+RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int rank, int tp);
+
 // Rank `rank`'s shard of a global tensor (f32 host, contiguous). swiglu's FC1 halves are split separately.
 Tensor shard_param(const ParamSpec& p, const Tensor& global, int rank, int tp);
 // Writes rank `rank`'s shard back into the global tensor (the inverse of shard_param).

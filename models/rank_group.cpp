@@ -5,7 +5,6 @@
 #include "comm/local_communicator.h"
 
 namespace te {
-
 void init_rank_context(RankContext& ctx, const ModelSpec& spec, Communicator& comm, Device device) {
   ctx.comm = &comm;
   ctx.sequence_parallel = spec.parallel.sequence_parallel && comm.size() > 1;
@@ -20,25 +19,66 @@ void init_rank_resources(RankContext& ctx) {
   ctx.gemm = std::make_unique<GemmContext>(ctx.device);
 }
 
+ShardSource shards_of(const GlobalParams& global) {
+  return [&global](int rank, int tp) { return shard_params(global, rank, tp); };
+}
+
+ShardSource shards_for(const ModelSpec& spec) {
+  if (spec.weights_path.empty()) return [&spec](int rank, int tp) { return init_rank_params(spec, rank, tp); };
+  return [&spec](int rank, int tp) { return load_rank_params(spec, spec.weights_path, rank, tp); };
+}
+
 RankGroup::RankGroup(ModelSpec spec_in, Device device) : RankGroup(spec_in, init_params(spec_in), device) {}
 
-RankGroup::RankGroup(ModelSpec spec_in, GlobalParams params_in, Device device)
-    : spec(std::move(spec_in)), params(std::move(params_in)) {
-  const int w = spec.parallel.tp;
-  LocalGroupOptions o;
-  o.device = device;
-  comms = make_local_group(w, o);
-  models.resize(static_cast<size_t>(w));
-  for (int r = 0; r < w; ++r) {
+RankGroup::RankGroup(ModelSpec spec_in, GlobalParams params, Device device)
+    : RankGroup(spec_in, local_placement(spec_in, device), shards_of(params)) {}
+
+RankGroup::RankGroup(ModelSpec spec_in, const RankPlacement& placement_in, const ShardSource& source)
+    : spec(std::move(spec_in)), placement(placement_in) {
+  comms = make_rank_comms(placement);
+  for (auto& c : comms) {
     ctxs.push_back(std::make_unique<RankContext>());
-    init_rank_context(*ctxs.back(), spec, *comms[static_cast<size_t>(r)], device);
+    init_rank_context(*ctxs.back(), spec, *c, placement.device);
   }
+  run_ranks(comms, [&](Communicator& c) { init_rank_resources(*ctxs[static_cast<size_t>(index_of(c))]); });
+  load(source);
+}
+
+void RankGroup::load(const ShardSource& source) {
+  std::vector<std::unique_ptr<RankModel>> next(comms.size());
   run_ranks(comms, [&](Communicator& c) {
-    RankContext& ctx = *ctxs[static_cast<size_t>(c.rank())];
-    init_rank_resources(ctx);
-    models[static_cast<size_t>(c.rank())] = std::make_unique<RankModel>(spec, params, ctx);
+    const int i = index_of(c);
+    RankContext& ctx = *ctxs[static_cast<size_t>(i)];
+    next[static_cast<size_t>(i)] = std::make_unique<RankModel>(spec, source(c.rank(), c.size()), ctx);
     ctx.stream.synchronize();
   });
+  models = std::move(next);
+}
+
+GlobalParams RankGroup::gather_params() {
+  GlobalParams g;
+  g.specs = parameter_specs(spec);
+  for (const ParamSpec& p : g.specs) g.values.push_back(Tensor::empty(p.shape, DType::f32));
+  for (auto& m : models) m->ctx().stream.synchronize();
+  if (!distributed()) {
+    for (auto& m : models) m->export_params(g);
+    return g;
+  }
+  // Every rank's master shard travels as bytes; each rank then places the W shards into the global tensors.
+  Communicator& comm = *comms[0];
+  RankModel& m = *models[0];
+  const int w = comm.size();
+  for (size_t i = 0; i < g.specs.size(); ++i) {
+    const Tensor& shard = m.params()[i].master;
+    Tensor all = Tensor::empty({w * shard.numel()}, DType::f32, shard.device(), m.ctx().stream);
+    comm.all_gather(shard.contiguous().reshape({shard.numel()}), all, m.ctx().stream).wait();
+    Tensor host = all.to(Device::cpu(), m.ctx().stream);
+    m.ctx().stream.synchronize();
+    for (int r = 0; r < w; ++r)
+      unshard_param(g.specs[i], host.narrow(0, r * shard.numel(), shard.numel()).reshape(shard.shape()), r, w,
+                    g.values[i]);
+  }
+  return g;
 }
 
 }  // namespace te

@@ -22,14 +22,18 @@ ActKind act_kind(Activation a) {
 }
 }  // namespace
 
-RankModel::RankModel(const ModelSpec& spec, const GlobalParams& global, RankContext& ctx) : spec_(spec), ctx_(ctx) {
-  const int tp = ctx.world();
-  params_.reserve(global.specs.size());  // stable addresses: layers keep pointers
-  for (size_t i = 0; i < global.specs.size(); ++i) {
-    const ParamSpec& ps = global.specs[i];
+RankModel::RankModel(const ModelSpec& spec, const GlobalParams& global, RankContext& ctx)
+    : RankModel(spec, shard_params(global, ctx.rank(), ctx.world()), ctx) {}
+
+RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
+    : spec_(spec), ctx_(ctx), param_specs_(std::move(shards.specs)) {
+  params_.reserve(param_specs_.size());  // stable addresses: layers keep pointers
+  for (size_t i = 0; i < param_specs_.size(); ++i) {
+    const ParamSpec& ps = param_specs_[i];
     RankParam p;
     p.spec = &ps;
-    p.master = shard_param(ps, global.values[i], ctx.rank(), tp).to(ctx.device, ctx.stream);
+    p.master = shards.values[i].to(ctx.device, ctx.stream);
+    shards.values[i] = Tensor();  // the host copy goes as soon as the device has it
     p.value = cast(p.master, ctx.dtype, ctx.stream);
     // Replicated over the group but computed from this rank's tokens under SP: norm params, row-parallel biases.
     p.grad_all_reduce = ctx.gathers() && ps.shard_dim < 0;

@@ -15,7 +15,9 @@ namespace te {
 
 class RankModel {
  public:
-  // `ctx` must outlive the model. Parameters are sharded from `global` (host, f32) onto ctx.device.
+  // `ctx` must outlive the model. Parameters are this rank's shards (host, f32), moved onto ctx.device.
+  RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx);
+  // The same, sharded from the global tensors (host, f32).
   RankModel(const ModelSpec& spec, const GlobalParams& global, RankContext& ctx);
 
   Tensor forward(const Tensor& x);
@@ -51,6 +53,7 @@ class RankModel {
 
   const ModelSpec& spec_;
   RankContext& ctx_;
+  std::vector<ParamSpec> param_specs_;  // what each RankParam::spec points into
   std::vector<RankParam> params_;
   std::vector<std::vector<BranchStages>> layers_;  // [layer][branch]
 };

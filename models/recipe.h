@@ -1,6 +1,6 @@
 // A precision recipe (spec `precision:`) as the quantizer configurations of the three tensor roles of a linear
-// layer: its input activation, its weight and the gradient of its output. Defaults follow TransformerEngine
-// (shared/reference/transformer-engine-facts.md §2) except where shared/NUMERICS.md says otherwise.
+// layer: its input activation, its weight and the gradient of its output. It uses TransformerEngine's defaults
+// except where docs/NUMERICS.md §2 says otherwise.
 #pragma once
 #include <optional>
 

@@ -286,17 +286,22 @@ const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const 
                     : "did you mean " + quote(near) + "? (`teengine inspect " + label_ + "` lists them)");
 }
 
-void SafetensorsReader::read_bytes(uint64_t offset, uint64_t n, void* dst) const {
-  if (n == 0) return;
+void SafetensorsReader::read_bytes(uint64_t offset, uint64_t n, void* dst) const { read_runs(offset, n, n, 1, dst); }
+
+void SafetensorsReader::read_runs(uint64_t offset, uint64_t n, uint64_t stride, uint64_t count, void* dst) const {
+  if (n == 0 || count == 0) return;
+  auto* out = static_cast<char*>(dst);
   if (memory_) {
-    std::memcpy(dst, memory_->data() + data_start_ + offset, n);
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(out + i * n, memory_->data() + data_start_ + offset + i * stride, n);
     return;
   }
   std::ifstream f(label_, std::ios::binary);
   if (!f) fail(label_, std::string("cannot reopen: ") + std::strerror(errno), "was the file moved while in use?");
-  f.seekg(static_cast<std::streamoff>(data_start_ + offset));
-  f.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-  if (!f) fail(label_, "read error (was the file truncated while in use?)", kReexport);
+  for (uint64_t i = 0; i < count; ++i) {
+    f.seekg(static_cast<std::streamoff>(data_start_ + offset + i * stride));
+    f.read(out + i * n, static_cast<std::streamsize>(n));
+    if (!f) fail(label_, "read error (was the file truncated while in use?)", kReexport);
+  }
 }
 
 Tensor SafetensorsReader::read(const std::string& name) const {
@@ -324,6 +329,32 @@ Tensor SafetensorsReader::read_converted(const std::string& name, const Shape& s
   Tensor t = read(name);
   if (e.dtype == dtype) return t;
   return Tensor::from_f32(t.to_f32_vector(), shape, dtype);
+}
+
+Tensor SafetensorsReader::read_slice_converted(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                                               int64_t length, DType dtype) const {
+  const SafetensorsEntry& e = entry(name);
+  if (e.shape != shape || !dtype_info(e.dtype).is_float)
+    fail(label_, "tensor " + quote(name) + " is " + shape_str(e.shape) + " " + std::string(dtype_name(e.dtype)) +
+                     ", expected " + shape_str(shape) + " of a float dtype",
+         "the file does not match the model: check the model spec (hidden, ffn, out) or re-export");
+  TE_CHECK(dim >= 0 && dim < static_cast<int>(shape.size()) && begin >= 0 && length >= 0 &&
+               begin + length <= shape[static_cast<size_t>(dim)],
+           label_ << ": slice [" << begin << ", " << begin + length << ") of dim " << dim << " is outside "
+                  << shape_str(shape));
+  // The slice is `outer` runs of length·inner contiguous elements, one per index of the dimensions before `dim`.
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(dim) + 1; d < shape.size(); ++d) inner *= shape[d];
+  const uint64_t eb = static_cast<uint64_t>(dtype_bits(e.dtype) / 8);
+  Shape local = shape;
+  local[static_cast<size_t>(dim)] = length;
+  Tensor t = Tensor::empty(local, e.dtype);
+  read_runs(e.begin + static_cast<uint64_t>(begin * inner) * eb, static_cast<uint64_t>(length * inner) * eb,
+            static_cast<uint64_t>(shape[static_cast<size_t>(dim)] * inner) * eb, static_cast<uint64_t>(outer),
+            t.data_ptr());
+  if (e.dtype == dtype) return t;
+  return Tensor::from_f32(t.to_f32_vector(), local, dtype);
 }
 
 // ---- writer ------------------------------------------------------------------------------------------------------

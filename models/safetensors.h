@@ -58,12 +58,18 @@ class SafetensorsReader {
   Tensor read(const std::string& name, const Shape& shape, DType dtype) const;
   // The tensor must have this shape and a float dtype; it is converted to `dtype` (round to nearest even).
   Tensor read_converted(const std::string& name, const Shape& shape, DType dtype) const;
+  // As read_converted, but only elements [begin, begin + length) of dimension `dim` are read from the file (a
+  // rank's shard of a global tensor): shape[dim] becomes `length`, and only those bytes are read.
+  Tensor read_slice_converted(const std::string& name, const Shape& shape, int dim, int64_t begin, int64_t length,
+                              DType dtype) const;
 
  private:
   SafetensorsReader() = default;
   void parse_header(std::string_view header, uint64_t data_bytes);
   const SafetensorsEntry* find(const std::string& name) const;
   void read_bytes(uint64_t offset, uint64_t n, void* dst) const;
+  // Reads `count` runs of `n` bytes, run i from offset + i·stride into dst + i·n, opening the file once.
+  void read_runs(uint64_t offset, uint64_t n, uint64_t stride, uint64_t count, void* dst) const;
 
   std::string label_;                          // path or label, used in every message
   std::shared_ptr<const std::string> memory_;  // whole file when built from bytes; null when reading a path

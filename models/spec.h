@@ -9,7 +9,7 @@
 //     block:                                   # residual branches: x = x + branch(x), in order
 //       - [ {layernorm_linear: {name: qkv, out: 768}}, {linear: {name: proj, out: 256}} ]
 //       - [ {layernorm_mlp: {name: mlp, ffn: 1024, activation: gelu}} ]   # gelu | swiglu | relu
-//   parallel: {tp: 4, sequence_parallel: true, comm: auto}                 # auto | local | nccl
+//   parallel: {tp: 4, sequence_parallel: true, comm: auto, timeout_s: 300}  # auto | local | gloo | nccl
 //   precision: {recipe: fp8_block}             # none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
 //   run: {mode: infer, device: auto, tokens: 1000, steps: 1, seed: 1234, optimizer: {type: adamw, lr: 1.0e-3}}
 //   weights: null                              # safetensors path (global tensors); null → seeded init
@@ -39,7 +39,7 @@ enum class LayerKind : uint8_t { layernorm_linear, linear, layernorm_mlp };
 enum class Activation : uint8_t { gelu, swiglu, relu };
 // How a linear's weight [out, in] is split over the tp ranks: column = rows (out) split, row = columns (in) split.
 enum class ParallelMode : uint8_t { column, row };
-enum class CommBackend : uint8_t { automatic, local, nccl };
+enum class CommBackend : uint8_t { automatic, local, nccl, gloo };
 enum class Recipe : uint8_t { none, fp8_delayed, fp8_current, fp8_block, mxfp8, nvfp4 };
 enum class Fp8Format : uint8_t { e4m3, hybrid };  // hybrid: E4M3 forward, E5M2 gradients
 enum class RunMode : uint8_t { infer, train };
@@ -49,7 +49,7 @@ std::string_view norm_type_name(NormType v);
 std::string_view layer_kind_name(LayerKind v);
 std::string_view activation_name(Activation v);
 std::string_view parallel_mode_name(ParallelMode v);
-std::string_view comm_backend_name(CommBackend v);  // "auto" | "local" | "nccl"
+std::string_view comm_backend_name(CommBackend v);  // "auto" | "local" | "nccl" | "gloo"
 std::string_view recipe_name(Recipe v);
 std::string_view fp8_format_name(Fp8Format v);
 std::string_view amax_algo_name(AmaxAlgo v);
@@ -85,7 +85,13 @@ struct ModelSection {
 struct ParallelSpec {
   int tp = 1;
   bool sequence_parallel = false;
+  // local: every rank a thread of this process. gloo (CPU) / nccl (one GPU each): one rank per process, started by
+  // `teengine launch` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT. auto: nccl or gloo
+  // when launched (by the device), local otherwise (models/rank_placement.h).
   CommBackend comm = CommBackend::automatic;
+  // How long a rank waits for its peers (rendezvous and every collective) before it fails naming them; unset:
+  // TEENGINE_COMM_TIMEOUT_MS, else 300 s.
+  std::optional<double> timeout_s;
 };
 
 struct PrecisionSpec {

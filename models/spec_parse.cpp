@@ -194,12 +194,18 @@ void read_model(const Ctx& c, const YAML::Node& n, ModelSection& m, int tp) {
 }
 
 void read_parallel(const Ctx& c, const YAML::Node& n, ParallelSpec& p) {
-  Fields f(c, n, "parallel", {"tp", "sequence_parallel", "comm"});
+  Fields f(c, n, "parallel", {"tp", "sequence_parallel", "comm", "timeout_s"});
   if (f.has("tp"))
     p.tp = static_cast<int>(read_int(c, f.get("tp"), "parallel.tp", 1, 4096, "tp is the tensor-parallel group size"));
   if (f.has("sequence_parallel"))
     p.sequence_parallel = read_bool(c, f.get("sequence_parallel"), "parallel.sequence_parallel");
   if (f.has("comm")) p.comm = read_enum(c, f.get("comm"), "parallel.comm", kComms);
+  if (f.has("timeout_s")) {
+    p.timeout_s = read_float(c, f.get("timeout_s"), "parallel.timeout_s");
+    if (p.timeout_s < 0.1 || p.timeout_s > 86400)
+      c.fail(f.get("timeout_s"), "parallel.timeout_s", "must be between 0.1 and 86400 seconds",
+             "the default is 300; tests use a few seconds");
+  }
 }
 
 void read_precision(const Ctx& c, const YAML::Node& n, PrecisionSpec& p) {

@@ -19,7 +19,7 @@ inline const Table<LayerKind> kKinds = {{"layernorm_linear", LayerKind::layernor
 inline const Table<Activation> kActs = {{"gelu", Activation::gelu}, {"swiglu", Activation::swiglu}, {"relu", Activation::relu}};
 inline const Table<ParallelMode> kModes = {{"column", ParallelMode::column}, {"row", ParallelMode::row}};
 inline const Table<CommBackend> kComms = {{"auto", CommBackend::automatic}, {"local", CommBackend::local},
-                                   {"nccl", CommBackend::nccl}};
+                                   {"nccl", CommBackend::nccl}, {"gloo", CommBackend::gloo}};
 inline const Table<Recipe> kRecipes = {{"none", Recipe::none},           {"fp8_delayed", Recipe::fp8_delayed},
                                 {"fp8_current", Recipe::fp8_current}, {"fp8_block", Recipe::fp8_block},
                                 {"mxfp8", Recipe::mxfp8},         {"nvfp4", Recipe::nvfp4}};

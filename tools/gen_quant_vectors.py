@@ -3,7 +3,7 @@
 
 Run once on a machine with torch, numpy and ml_dtypes:  python3 tools/gen_quant_vectors.py tests/data/quant_vectors.bin
 Element casts come from torch (float8_e4m3fn / float8_e5m2, clamped to +-max first so the cast saturates) and
-ml_dtypes (float4_e2m1fn); the E8M0 round-up and the block quantizers are written from shared/NUMERICS.md in plain
+ml_dtypes (float4_e2m1fn); the E8M0 round-up and the block quantizers are written from docs/NUMERICS.md in plain
 numpy f32 arithmetic, independent of the C++ code. NaN inputs are recorded separately with the contract's codes
 (torch keeps the NaN's sign; the contract does not).
 

@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev                       # safetensors headers, --json output
   libcli11-dev                             # the teengine command line
   libopenblas-dev                          # CPU GEMMs
+  libgloo-dev                              # CPU collectives between processes (parallel.comm: gloo)
   clang libclang-rt-14-dev                 # libFuzzer targets and sanitizer builds
 )
 missing=()

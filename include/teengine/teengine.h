@@ -9,6 +9,12 @@
 //
 // Thread safety: concurrent forward() calls on one Engine are safe (they are serialised internally and each sees
 // the same weights); train_step() must not run concurrently with anything else on the same Engine.
+// Several processes: started by a launcher (`teengine launch -n N`, or torchrun's variables RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT), from_yaml joins the group: this process is rank RANK of parallel.tp, on GPU
+// LOCAL_RANK (nccl) or the CPU (gloo), and holds only its shard of the weights. Then forward, train_step,
+// load_weights and save_weights are collective: every rank calls them in the same order with the same input (each
+// rank takes its own tokens from it); forward returns the whole output on every rank; save_weights writes the file
+// on rank 0 only. metrics_json is local (its figures were combined over the ranks at each step).
 // Errors: every failure throws teengine::Error (a std::runtime_error) whose what() names the file/field and the
 // fix; is_input_error() tells bad input (spec, weights, shapes) from runtime failures.
 #pragma once
@@ -40,6 +46,27 @@ struct HostTensor {
   int64_t numel() const;
 };
 
+// A [tokens, hidden] tensor held where the engine's ranks compute: each rank's rows, in the model dtype. Stage an
+// input once and pass it to many calls: the host conversion and the host→device copy happen once, not every call.
+// A forward of a staged input returns its output staged, so nothing crosses back to the host until to_host().
+// Copies share the data. Only the engine that staged it can use it.
+class StagedTensor {
+ public:
+  StagedTensor();
+  ~StagedTensor();
+  StagedTensor(const StagedTensor&);
+  StagedTensor& operator=(const StagedTensor&);
+  int64_t tokens() const;
+  bool defined() const;
+
+  struct Impl;  // the library's
+  explicit StagedTensor(std::shared_ptr<const Impl> impl);
+  const Impl* impl() const { return impl_.get(); }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
 class Engine {
  public:
   // `overrides` are "a.b=value" strings applied to the spec before validation (as `teengine run --set`).
@@ -53,6 +80,8 @@ class Engine {
   void save_weights(const std::string& safetensors_path) const;
 
   int64_t hidden() const;  // model.hidden: the last dimension of every input and output
+  int rank() const;        // this process's rank in a launched group (parallel.comm gloo/nccl); 0 otherwise
+  int world_size() const;  // parallel.tp
   int64_t tokens() const;  // run.tokens of the spec (any multiple of tp works under sequence parallelism)
 
   // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
@@ -61,7 +90,16 @@ class Engine {
   // the weights (and save_weights) stay those of the last good step.
   float train_step(const HostTensor& input, const HostTensor& target);
 
-  std::string metrics_json() const;  // the `teengine run --json` object
+  // The same on staged tensors (see StagedTensor). stage() checks shape and dtype as forward() does.
+  StagedTensor stage(const HostTensor& tensor);
+  StagedTensor forward(const StagedTensor& input);
+  float train_step(const StagedTensor& input, const StagedTensor& target);
+  HostTensor to_host(const StagedTensor& tensor);  // [tokens, hidden], model dtype
+
+  // The `teengine run --json` object: per step, `step_ms` (wall time of the call, host work included) and
+  // `device_ms` (the ranks' work on their streams, GPU events; the compute's wall time on the CPU), the slowest rank's.
+  std::string metrics_json() const;
+  double last_step_ms() const;  // the last entry of step_ms (0 before the first step)
   std::string explain() const;       // the plan, as `teengine run --explain` prints it
 
   struct Impl;  // the library's; users never construct one

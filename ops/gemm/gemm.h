@@ -1,4 +1,4 @@
-// One GEMM entry point for every role and operand format (shared/NUMERICS.md §6).
+// One GEMM entry point for every role and operand format (docs/NUMERICS.md §6).
 //
 // Roles, as TransformerEngine names them (M = tokens, K = in features, N = out features; leading dims of a
 // tensor are flattened into its first GEMM dim):

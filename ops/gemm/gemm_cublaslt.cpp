@@ -363,7 +363,7 @@ TnOperand tn_operand(const GemmOperand& op, Usage u, GemmRole role, const char* 
                     t.scale.is_contiguous(),
                 "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str() << " " << usage_name(u)
                         << " scale_inv is " << t.scale.str() << ", expected contiguous f32 " << shape_str(want),
-                "scale layouts are fixed by shared/NUMERICS.md §3");
+                "scale layouts are fixed by docs/NUMERICS.md §3");
   t.scale_ld = want.empty() ? 1 : want.back();
   return t;
 }

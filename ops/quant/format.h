@@ -1,4 +1,4 @@
-// The one table of quantization formats (shared/NUMERICS.md §2–§3). Block sizes, scale dtypes and layouts are
+// The one table of quantization formats (docs/NUMERICS.md §2–§3). Block sizes, scale dtypes and layouts are
 // read from kQuantFormats; nothing else lists them.
 #pragma once
 #include <array>

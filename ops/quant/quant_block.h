@@ -80,7 +80,7 @@ TE_HD uint8_t encode_element(const QuantParams& p, float x, float factor, uint64
   return cast_fp8(x * factor, p.data_dtype);
 }
 
-// Delayed scaling after a step (shared/NUMERICS.md §2): a non-zero step amax enters the history; the new scale
+// Delayed scaling after a step (docs/NUMERICS.md §2): a non-zero step amax enters the history; the new scale
 // is fmt_max * 2^-margin / amax(history) when that is finite and > 0 (Inf → FLT_MAX), else unchanged.
 TE_HD void delayed_scale_update(const DelayedUpdateArgs& a) {
   const float step = *a.step_amax;

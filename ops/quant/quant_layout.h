@@ -1,4 +1,4 @@
-// Where every element and every scale of one quantized copy lives (shared/NUMERICS.md §3), as host/device math.
+// Where every element and every scale of one quantized copy lives (docs/NUMERICS.md §3), as host/device math.
 // A copy is seen as a matrix view A [R, C] whose blocks run along C: the row-wise copy is A = x [M, K], the
 // column-wise copy is A = xᵀ [K, M]. The CPU reference, the CUDA kernels, dequantize and the tests all index
 // through CopyLayout, so the layouts are written down exactly once.

@@ -1,5 +1,5 @@
 // A quantized tensor: one bundle of the row-wise and/or column-wise copies, their scale_inv and (where the
-// format has one) the amax. Layouts are exactly shared/NUMERICS.md §3; every padding byte is zero.
+// format has one) the amax. Layouts are exactly docs/NUMERICS.md §3; every padding byte is zero.
 // M = product of the leading dims of `shape`, K = last dim.
 #pragma once
 #include "engine/tensor.h"

@@ -1,5 +1,5 @@
 // Quantizer = format + parameters + usages. It answers can_gather_quantized(local_shape, usages) per
-// shared/NUMERICS.md §4 and turns high-precision tensors (any shape, any strides, f32/bf16/f16) into
+// docs/NUMERICS.md §4 and turns high-precision tensors (any shape, any strides, f32/bf16/f16) into
 // QuantizedTensors, producing every requested usage in one pass. CPU reference and CUDA kernels are reached
 // through one dispatch table keyed by (format, device).
 #pragma once
@@ -59,7 +59,7 @@ class Quantizer {
                                       Tensor* act_out = nullptr);
 
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
-  // history and recompute the scale (shared/NUMERICS.md §2). No-op for other scalings.
+  // history and recompute the scale (docs/NUMERICS.md §2). No-op for other scalings.
   void update_scale_after_step(const Stream& stream = Stream(), const AmaxReducer& reduce = {});
   // Delayed-scaling state (fp32 [1] scale, fp32 [history_len] history) on the quantizer's device.
   const Tensor& scale() const { return scale_; }

@@ -1,4 +1,4 @@
-// Per-tensor and per-block scale arithmetic (shared/NUMERICS.md §2), identical on host and device. Every
+// Per-tensor and per-block scale arithmetic (docs/NUMERICS.md §2), identical on host and device. Every
 // quantize kernel — CPU reference, CUDA, and fused norm/activation epilogues — computes scales through here.
 #pragma once
 #include <cfloat>
@@ -33,7 +33,7 @@ TE_HD float amax_fold(float acc, float x) {
 
 }  // namespace te
 
-// ---- MXFP8 (shared/NUMERICS.md §2) ------------------------------------------------------------------------
+// ---- MXFP8 (docs/NUMERICS.md §2) --------------------------------------------------------------------------
 namespace te {
 
 // Scale byte of a 32-element block: v = amax * fl(1/fmt_max), rounded up to a power of two as E8M0 (NaN → 0xFF,
@@ -46,7 +46,7 @@ TE_HD float mxfp8_encode_factor(uint8_t e) {
   return f32_from_bits(static_cast<uint32_t>(254 - e) << 23);
 }
 
-// ---- NVFP4 two-level scaling (shared/NUMERICS.md §2) ------------------------------------------------------
+// ---- NVFP4 two-level scaling (docs/NUMERICS.md §2) --------------------------------------------------------
 // Per-tensor encode scale S_enc = 448*6 / amax, capped at FLT_MAX; amax 0 (or Inf, which gives 0) → 1.
 TE_HD float nvfp4_global_encode_scale(float amax) {
   float s = (448.0f * 6.0f) / amax;

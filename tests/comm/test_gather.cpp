@@ -1,4 +1,4 @@
-// gather_along_first_dim (shared/NUMERICS.md §4–§5) on the local communicator: for every format × usage set ×
+// gather_along_first_dim (docs/NUMERICS.md §4–§5) on the local communicator: for every format × usage set ×
 // input kind (HP contiguous, HP strided view, already quantized) over a table of (W, local M, K), the gathered
 // QuantizedTensor equals quantizing the concatenation on one rank byte for byte (data, scales, padding, amax),
 // the path is the one §4 predicts, and the bytes moved are what each path promises. CPU here; the same table on

@@ -1,5 +1,5 @@
-// TCP rendezvous: a 128-byte blob (the size of an ncclUniqueId) reaches every rank over loopback; a peer that never
-// connects, or a master that never listens, is an error within the timeout.
+// TCP rendezvous: a 128-byte blob (the size of an ncclUniqueId) reaches every rank over loopback, past stray and
+// foreign connections; a peer that never connects, or a master that never listens, is an error within the timeout.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -57,6 +57,43 @@ TEST_P(TcpBroadcast, EveryRankReceivesTheBlob) {
 }
 INSTANTIATE_TEST_SUITE_P(Worlds, TcpBroadcast, ::testing::Values(1, 2, 4, 8));
 
+// The broadcast runs on the TcpStore: a connection that never speaks is ignored, a peer with another job's token is
+// refused, and the real peer still gets the blob.
+TEST(TcpBroadcastStray, StrayAndForeignConnectionsDoNotDisturbIt) {
+  const int port = free_port();
+  TcpRendezvousOptions o;
+  o.port = port;
+  o.world = 2;
+  o.timeout = std::chrono::milliseconds(5000);
+  o.token = "job";
+  const std::vector<uint8_t> blob(128, 7);
+  std::vector<uint8_t> got;
+  std::string foreign_error;
+  std::thread master([&] { tcp_broadcast_blob(o, blob); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::connect(silent, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  TcpRendezvousOptions foreign = o;
+  foreign.rank = 1;
+  foreign.token = "another job";
+  try {
+    tcp_broadcast_blob(foreign, {});
+  } catch (const Error& e) {
+    foreign_error = e.message();
+  }
+  TcpRendezvousOptions peer = o;
+  peer.rank = 1;
+  got = tcp_broadcast_blob(peer, {});
+  master.join();
+  ::close(silent);
+  EXPECT_EQ(got, blob);
+  EXPECT_NE(foreign_error.find("the job token does not match"), std::string::npos) << foreign_error;
+}
+
 TEST(TcpRendezvousTimeout, MasterFailsWhenAPeerNeverConnects) {
   TcpRendezvousOptions o;
   o.port = free_port();
@@ -94,12 +131,16 @@ TEST(TcpRendezvousEnv, ReadsTheLaunchVariables) {
   setenv("LOCAL_RANK", "1", 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", "29511", 1);
+  setenv("TEENGINE_JOB_TOKEN", "job-42", 1);
   int local = -1;
   TcpRendezvousOptions o = rendezvous_options_from_env(&local);
   EXPECT_EQ(o.rank, 2);
   EXPECT_EQ(o.world, 4);
   EXPECT_EQ(local, 1);
   EXPECT_EQ(o.port, 29511);
+  EXPECT_EQ(o.token, "job-42");
+  unsetenv("TEENGINE_JOB_TOKEN");
+  EXPECT_EQ(rendezvous_options_from_env().token, "");
   setenv("RANK", "4", 1);
   EXPECT_THROW(rendezvous_options_from_env(), InputError);
   unsetenv("RANK");

@@ -25,8 +25,15 @@ TEST_F(RunCli, InferenceWritesOutputAndTheJsonContract) {
   EXPECT_EQ(rd.entry("output").dtype, DType::bf16);
   auto j = nlohmann::json::parse(slurp(js));
   for (const char* k : {"model", "mode", "device", "world_size", "recipe", "tokens", "steps", "step_ms",
-                        "tokens_per_s", "peak_bytes", "loss", "comm"})
+                        "tokens_per_s", "peak_bytes", "loss", "comm", "device_ms", "peak_rss_bytes"})
     EXPECT_TRUE(j.contains(k)) << k;
+  // Wall time (the whole call) and device time (the ranks' work) per step, both positive, device within wall.
+  ASSERT_EQ(j["step_ms"].size(), 1u);
+  ASSERT_EQ(j["device_ms"].size(), 1u);
+  EXPECT_GT(j["device_ms"][0].get<double>(), 0.0);
+  EXPECT_LE(j["device_ms"][0].get<double>(), j["step_ms"][0].get<double>());
+  EXPECT_NE(r.out.find("ms/step wall"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ms/step device"), std::string::npos) << r.out;
   EXPECT_EQ(j["world_size"], 2);
   EXPECT_EQ(j["recipe"], "fp8_block");
   EXPECT_GT(j["comm"]["gather"]["quantized"]["calls"].get<int>(), 0);

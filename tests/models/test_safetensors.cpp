@@ -8,7 +8,9 @@
 #include <random>
 
 #include "engine/error.h"
+#include "models/parameters.h"
 #include "models/safetensors.h"
+#include "models/spec.h"
 
 namespace te {
 namespace {
@@ -253,6 +255,50 @@ TEST(Safetensors, FailedWriteLeavesNoPartialFileAndKeepsTheOldOne) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), before);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
   fs::remove_all(dir);
+}
+
+// A rank reads only its slices of a weights file: the shards equal those of the whole global tensors, for column-
+// and row-parallel weights, replicated tensors and swiglu's two FC1 halves, in bf16 and f32 files.
+TEST(RankShards, SlicedReadsEqualTheShardsOfTheGlobalTensors) {
+  const fs::path d = temp_dir("rank_shards");
+  for (const char* dtype : {"bf16", "f32"}) {
+    ModelSpec spec = parse_spec(std::string("model:\n  hidden: 64\n  layers: 1\n  dtype: ") + dtype +
+                                    "\n  block:\n    - [ {layernorm_linear: {name: qkv, out: 128}}, "
+                                    "{linear: {name: proj, out: 64}} ]\n"
+                                    "    - [ {layernorm_mlp: {name: mlp, ffn: 128, activation: swiglu}} ]\n"
+                                    "parallel: {tp: 4, sequence_parallel: true}\nrun: {seed: 5}\n",
+                                "<shards>");
+    GlobalParams g = init_params(spec);
+    for (Tensor& v : g.values) v.fill_normal(static_cast<uint64_t>(v.numel()) * 31 + v.dim());  // no constant tensors
+    const std::string file = (d / (std::string(dtype) + ".safetensors")).string();
+    save_params(g, spec.model.dtype, file);
+    GlobalParams from_file = load_params(spec, file);
+    for (int tp : {1, 2, 4})
+      for (int rank = 0; rank < tp; ++rank) {
+        RankShards want = shard_params(from_file, rank, tp), got = load_rank_params(spec, file, rank, tp);
+        ASSERT_EQ(got.values.size(), want.values.size());
+        for (size_t i = 0; i < want.values.size(); ++i) {
+          ASSERT_EQ(got.values[i].shape(), want.values[i].shape()) << want.specs[i].name;
+          EXPECT_EQ(got.values[i].to_f32_vector(), want.values[i].to_f32_vector())
+              << dtype << " " << want.specs[i].name << " rank " << rank << "/" << tp;
+        }
+      }
+  }
+  fs::remove_all(d);
+}
+
+// Seeded init per rank (one global tensor at a time) gives the shards of the whole seeded init.
+TEST(RankShards, SeededInitPerRankEqualsTheShardedGlobalInit) {
+  ModelSpec spec = parse_spec("model:\n  hidden: 64\n  layers: 2\n  block:\n"
+                              "    - [ {layernorm_mlp: {name: mlp, ffn: 128, activation: swiglu}} ]\n"
+                              "parallel: {tp: 2, sequence_parallel: true}\n",
+                              "<seeded>");
+  GlobalParams g = init_params(spec);
+  for (int rank = 0; rank < 2; ++rank) {
+    RankShards want = shard_params(g, rank, 2), got = init_rank_params(spec, rank, 2);
+    for (size_t i = 0; i < want.values.size(); ++i)
+      EXPECT_EQ(got.values[i].to_f32_vector(), want.values[i].to_f32_vector()) << want.specs[i].name;
+  }
 }
 
 }  // namespace

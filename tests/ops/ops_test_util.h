@@ -1,4 +1,4 @@
-// Helpers for the ops tests: the tolerances (shared/NUMERICS.md §7, named once), rel-L2, seeded inputs in any
+// Helpers for the ops tests: the tolerances (docs/NUMERICS.md §7, named once), rel-L2, seeded inputs in any
 // layout, and device selection.
 #pragma once
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Norm and activation outputs quantized through a Quantizer (FP8 block 1D): the fused CUDA LayerNorm/RMSNorm +
 // row-wise quantize kernel must produce exactly the bytes of "norm, then quantize"; the CPU paths must equal an
-// FP8 block-1D quantization written here from shared/NUMERICS.md §2–§3.
+// FP8 block-1D quantization written here from docs/NUMERICS.md §2–§3.
 #include <gtest/gtest.h>
 
 #include <cfloat>

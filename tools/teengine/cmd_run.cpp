@@ -1,7 +1,11 @@
-// teengine run MODEL.yaml: inference or training of a model spec, with the JSON metrics contract of issue 7.
+// teengine run MODEL.yaml: inference or training of a model spec, with the JSON metrics contract.
+// Under a launcher every process runs this same code as one rank: every rank reads the input (or makes the same
+// seeded one) and takes its own tokens; rank 0 alone prints the summary and writes --output, --json and
+// --save-weights; the other ranks print only warnings and errors (prefixed with their rank).
 #include <teengine/teengine.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -44,6 +48,12 @@ Tensor from_host(const teengine::HostTensor& h) {
   return t;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 void progress(int64_t step, int64_t steps, float loss, double ms) {
   if (isatty(STDERR_FILENO)) {
     const int width = 30, done = static_cast<int>(width * step / std::max<int64_t>(steps, 1));
@@ -53,6 +63,7 @@ void progress(int64_t step, int64_t steps, float loss, double ms) {
   }
   std::printf("step %lld/%lld loss %.6f (%.1f ms)\n", static_cast<long long>(step), static_cast<long long>(steps),
               static_cast<double>(loss), ms);
+  std::fflush(stdout);  // a log file or pipe sees each step as it ends
 }
 
 int run(const RunOptions& o) {
@@ -77,14 +88,18 @@ int run(const RunOptions& o) {
   }
 
   teengine::Engine engine = teengine::Engine::from_yaml(o.model, o.sets);
-  if (o.explain) std::printf("%s\n", engine.explain().c_str());
-  teengine::HostTensor x = to_host(input);
-  teengine::HostTensor out;
+  const bool root = engine.rank() == 0;
+  if (o.explain && root) std::printf("%s\n", engine.explain().c_str());
+  // Staged once where the ranks compute (model dtype, each rank's rows): the steps then move no data to or from
+  // the host, and the output comes back once, below.
+  const teengine::StagedTensor x = engine.stage(to_host(input));
+  const teengine::StagedTensor y = train ? engine.stage(to_host(target)) : teengine::StagedTensor();
+  input = target = Tensor();
+  teengine::StagedTensor out;
   for (int64_t s = 1; s <= spec.run.steps; ++s) {
     if (train) {
-      float loss = engine.train_step(x, to_host(target));
-      nlohmann::json m = nlohmann::json::parse(engine.metrics_json());
-      progress(s, spec.run.steps, loss, m["step_ms"].back().get<double>());
+      const float loss = engine.train_step(x, y);
+      if (root) progress(s, spec.run.steps, loss, engine.last_step_ms());
       if (!std::isfinite(loss) && !o.keep_going) {
         // The engine skipped this step's update: what --save-weights writes is the last good step.
         if (!o.save_weights.empty()) engine.save_weights(o.save_weights);
@@ -103,13 +118,20 @@ int run(const RunOptions& o) {
     out = engine.forward(x);
   }
   nlohmann::json metrics = nlohmann::json::parse(engine.metrics_json());
+  // Collective under a launcher: every rank takes part, rank 0 writes.
+  const teengine::HostTensor host_out = out.defined() ? engine.to_host(out) : teengine::HostTensor();
+  if (!o.save_weights.empty()) engine.save_weights(o.save_weights);
+  if (!root) return 0;
+  const std::vector<double> wall = metrics["step_ms"].get<std::vector<double>>(),
+                            device = metrics["device_ms"].get<std::vector<double>>();
+  std::printf("%s: %lld tokens × %lld hidden, tp %d (%s), recipe %s, %s — %.2f ms/step wall, %.2f ms/step device "
+              "(medians of %zu), %.0f tokens/s\n",
+              spec.name.c_str(), static_cast<long long>(tokens), static_cast<long long>(hidden), spec.parallel.tp,
+              metrics["comm_backend"].get<std::string>().c_str(), std::string(recipe_name(spec.precision.recipe)).c_str(),
+              metrics["device"].get<std::string>().c_str(), median(wall), median(device), wall.size(),
+              metrics["tokens_per_s"].get<double>());
   if (!train) {
-    const auto& ms = metrics["step_ms"];
-    std::printf("%s: %lld tokens × %lld hidden, tp %d, recipe %s, %s — %.2f ms/step (median of %zu)\n",
-                spec.name.c_str(), static_cast<long long>(tokens), static_cast<long long>(hidden), spec.parallel.tp,
-                std::string(recipe_name(spec.precision.recipe)).c_str(), metrics["device"].get<std::string>().c_str(),
-                ms.empty() ? 0.0 : ms[ms.size() / 2].get<double>(), ms.size());
-    std::vector<float> v = out.to_floats();
+    std::vector<float> v = host_out.to_floats();
     double sum = 0, sq = 0;
     for (float f : v) {
       sum += f;
@@ -125,10 +147,9 @@ int run(const RunOptions& o) {
               static_cast<long long>(g["fallback"]["calls"].get<int64_t>()),
               static_cast<long long>(g["fallback"]["bytes"].get<int64_t>()));
   if (!o.output.empty()) {
-    Tensor t = from_host(out);
+    Tensor t = from_host(host_out);
     write_safetensors(o.output, {{"output", Tensor::from_f32(t.to_f32_vector(), t.shape(), spec.model.dtype)}});
   }
-  if (!o.save_weights.empty()) engine.save_weights(o.save_weights);
   if (!o.json.empty()) {
     const std::string tmp = o.json + ".tmp";
     {

@@ -5,6 +5,7 @@
 #include <teengine/teengine.h>
 
 #include "engine/error.h"
+#include "engine/log.h"
 #include "te_config.h"
 #include "tools/teengine/commands.h"
 
@@ -35,16 +36,16 @@ int main(int argc, char** argv) {
     for (const auto& c : commands)
       if (c.sub->parsed()) return c.run();
   } catch (const teengine::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
     return e.is_input_error() ? 2 : 1;
   } catch (const te::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
     return 2;
   } catch (const te::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
     return 1;
   }
   return 2;
