@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -486,14 +487,30 @@ std::string Engine::explain() const {
       line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
     }
   }
+  int64_t arena = -1;
   if (m.graph_forward()) {
     o << "rank 0 forward plan (" << local_tokens << " local tokens):\n";
-    if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) o << m.graphs[0]->explain();
-    else o << te::ModelGraph(*m.group->models[0], local_tokens).explain();  // planning touches no device memory but the arena
+    if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) {
+      o << m.graphs[0]->explain();
+      arena = m.graphs[0]->plan().arena_bytes;
+    } else {
+      te::ModelGraph g(*m.group->models[0], local_tokens);  // planning touches no device memory but the arena
+      o << g.explain();
+      arena = g.plan().arena_bytes;
+    }
   } else {
     o << (m.spec().run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
                                                 : "inference runs eagerly (run.executor: eager)\n");
   }
+  // What rank 0 holds, by kind; communication buffers and eager activations come from the allocator's cache.
+  const te::RankModel::Memory mem = m.group->models[0]->memory();
+  auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
+  o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
+    << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
+    << mib(mem.optimizer_state) << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes())
+    << ", activations " << (arena >= 0 ? mib(arena) + " (planned arena)" : std::string("eager (allocator cache)"))
+    << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
+    << mib(te::memory_stats(m.device()).peak_bytes) << "\n";
   return o.str();
 }
 

@@ -36,6 +36,7 @@ class ParallelLinear {
   Tensor forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx);
   Tensor backward(const Tensor& dy, RankContext& ctx);  // accumulates parameter gradients; returns dx
   void invalidate_weight_cache() { weight_q_.reset(); }
+  int64_t weight_cache_bytes() const { return weight_q_ ? weight_q_->nbytes() : 0; }  // the quantized weight
   // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients).
   void update_forward_scales(RankContext& ctx);
   void update_backward_scales(RankContext& ctx);

@@ -27,7 +27,7 @@ struct RankContext {
 // optimizer state.
 struct RankParam {
   const ParamSpec* spec = nullptr;
-  Tensor master;  // f32, local shape
+  Tensor master;  // f32, local shape (training only: inference keeps just `value`)
   Tensor value;   // model dtype, local shape
   Tensor grad;    // f32, local shape (training)
   Tensor state1, state2;  // momentum / Adam moments (training)

@@ -69,7 +69,7 @@ GlobalParams RankGroup::gather_params() {
   RankModel& m = *models[0];
   const int w = comm.size();
   for (size_t i = 0; i < g.specs.size(); ++i) {
-    const Tensor& shard = m.params()[i].master;
+    const Tensor shard = m.master_values(i);
     Tensor all = Tensor::empty({w * shard.numel()}, DType::f32, shard.device(), m.ctx().stream);
     comm.all_gather(shard.contiguous().reshape({shard.numel()}), all, m.ctx().stream).wait();
     Tensor host = all.to(Device::cpu(), m.ctx().stream);

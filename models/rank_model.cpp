@@ -32,15 +32,18 @@ RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
     const ParamSpec& ps = param_specs_[i];
     RankParam p;
     p.spec = &ps;
-    p.master = shards.values[i].to(ctx.device, ctx.stream);
+    // Inference keeps one high-precision copy, in the model dtype: saving it gives the same bytes as the master
+    // would (files hold the model dtype), and the f32 master would double the weights' memory.
+    Tensor shard = shards.values[i].to(ctx.device, ctx.stream);
     shards.values[i] = Tensor();  // the host copy goes as soon as the device has it
-    p.value = cast(p.master, ctx.dtype, ctx.stream);
+    if (ctx.training) p.master = shard;
+    p.value = cast(shard, ctx.dtype, ctx.stream);
     // Replicated over the group but computed from this rank's tokens under SP: norm params, row-parallel biases.
     p.grad_all_reduce = ctx.gathers() && ps.shard_dim < 0;
     if (ctx.training) {
-      p.grad = Tensor::zeros(p.master.shape(), DType::f32, ctx.device, ctx.stream);
-      p.state1 = Tensor::zeros(p.master.shape(), DType::f32, ctx.device, ctx.stream);
-      p.state2 = Tensor::zeros(p.master.shape(), DType::f32, ctx.device, ctx.stream);
+      p.grad = Tensor::zeros(shard.shape(), DType::f32, ctx.device, ctx.stream);
+      p.state1 = Tensor::zeros(shard.shape(), DType::f32, ctx.device, ctx.stream);
+      p.state2 = Tensor::zeros(shard.shape(), DType::f32, ctx.device, ctx.stream);
     }
     params_.push_back(std::move(p));
   }
@@ -184,9 +187,30 @@ void RankModel::optimizer_step(int64_t step) {
         if (s.linear) s.linear->invalidate_weight_cache();
 }
 
+RankModel::Memory RankModel::memory() const {
+  Memory m;
+  auto bytes = [](const Tensor& t) { return t.defined() ? t.nbytes() : 0; };
+  for (const RankParam& p : params_) {
+    m.weights += bytes(p.value);
+    m.master_weights += bytes(p.master);
+    m.gradients += bytes(p.grad);
+    m.optimizer_state += bytes(p.state1) + bytes(p.state2);
+  }
+  for (const auto& branches : layers_)
+    for (const BranchStages& b : branches)
+      for (const Stage& s : b)
+        if (s.linear) m.weights += s.linear->weight_cache_bytes();
+  return m;
+}
+
+Tensor RankModel::master_values(size_t i) const {
+  const RankParam& p = params_[i];
+  return p.master.defined() ? p.master : cast(p.value, DType::f32, ctx_.stream);
+}
+
 void RankModel::export_params(GlobalParams& global) const {
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor host = params_[i].master.to(Device::cpu(), ctx_.stream);
+    Tensor host = master_values(i).to(Device::cpu(), ctx_.stream);
     unshard_param(*params_[i].spec, host, ctx_.rank(), ctx_.world(), global.values[i]);
   }
 }

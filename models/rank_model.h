@@ -30,6 +30,16 @@ class RankModel {
   float forward_backward(const Tensor& x, const Tensor& target);
   // Copies this rank's master shards into the global tensors (host).
   void export_params(GlobalParams& global) const;
+  // What this rank holds now, by kind (bytes): --explain's memory account.
+  struct Memory {
+    int64_t weights = 0;          // model-dtype copies the kernels read, plus quantized weight caches
+    int64_t master_weights = 0;   // f32 masters (training)
+    int64_t gradients = 0;        // f32 (training)
+    int64_t optimizer_state = 0;  // momentum / Adam moments (training)
+  };
+  Memory memory() const;
+  // Parameter i's shard in f32: the master when training, else the model-dtype copy widened (exact).
+  Tensor master_values(size_t i) const;
   RankContext& ctx() { return ctx_; }
   const ModelSpec& spec() const { return spec_; }
   const std::vector<RankParam>& params() const { return params_; }
