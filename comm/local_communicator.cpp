@@ -230,6 +230,16 @@ std::vector<std::unique_ptr<Communicator>> make_local_group(int world, const Loc
 
 void run_ranks(const std::vector<std::unique_ptr<Communicator>>& comms,
                const std::function<void(Communicator&)>& fn) {
+  if (comms.size() == 1) {  // one rank here (tp 1, or one rank of a launched group): no thread to start per call
+    set_current_device(comms[0]->device());
+    try {
+      fn(*comms[0]);
+    } catch (const std::exception& e) {
+      comms[0]->abort(TE_STR_("rank " << comms[0]->rank() << " failed: " << e.what()));
+      throw;
+    }
+    return;
+  }
   std::mutex mu;
   std::exception_ptr first;
   std::vector<std::thread> threads;

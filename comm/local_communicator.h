@@ -24,8 +24,9 @@ struct LocalGroupOptions {
 // W communicators (rank 0..W−1) of one group; hand communicator r to the thread that plays rank r.
 std::vector<std::unique_ptr<Communicator>> make_local_group(int world, const LocalGroupOptions& options = {});
 
-// Runs fn(comm) for each communicator on its own thread (the device made current) and joins them all. A rank
-// that throws aborts the group so the others fail fast; the first error thrown (the root cause) is rethrown.
+// Runs fn(comm) for each communicator on its own thread (the device made current) and joins them all; a single
+// communicator runs on the calling thread. A rank that throws aborts the group so the others fail fast; the first
+// error thrown (the root cause) is rethrown.
 void run_ranks(const std::vector<std::unique_ptr<Communicator>>& comms, const std::function<void(Communicator&)>& fn);
 
 }  // namespace te

@@ -96,6 +96,16 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
   }
 }
 
+// try_lock_for without std::timed_mutex (ThreadSanitizer does not see pthread_mutex_clocklock).
+bool lock_within(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit) {
+  const auto until = Clock::now() + limit;
+  while (!lock.try_lock()) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
 void set_nodelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -575,7 +585,7 @@ struct TcpStore::Impl {
   sockaddr_in sa{};
   std::unique_ptr<Server> server;  // rank 0
 
-  std::timed_mutex mu;  // one request at a time
+  std::mutex mu;  // one request at a time
   Fd fd;
   std::vector<uint8_t> in;
   uint32_t next_req = 1;
@@ -720,8 +730,8 @@ TcpStore::TcpStore(const TcpRendezvousOptions& options) : impl_(std::make_unique
 TcpStore::~TcpStore() {
   Impl& s = *impl_;
   {
-    std::unique_lock<std::timed_mutex> lock(s.mu, std::defer_lock);
-    if (lock.try_lock_for(kGoodbyeDeadline) && s.fd.get() >= 0 && !s.closed) {
+    std::unique_lock<std::mutex> lock(s.mu, std::defer_lock);
+    if (lock_within(lock, kGoodbyeDeadline) && s.fd.get() >= 0 && !s.closed) {
       try {  // wait for the acknowledgement: the server recorded the goodbye before our close reaches it
         s.request(s.next(kGoodbye), Clock::now() + kGoodbyeDeadline, "the goodbye");
       } catch (const Error&) {
@@ -734,7 +744,7 @@ TcpStore::~TcpStore() {
 }
 
 void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  std::lock_guard<std::timed_mutex> lock(impl_->mu);
+  std::lock_guard<std::mutex> lock(impl_->mu);
   const std::string what = TE_STR_("set '" << key << "'");
   auto reply = impl_->request(impl_->next(kSet).str(key).blob(value.data(), value.size()),
                               Clock::now() + impl_->o.timeout, what);
@@ -744,7 +754,7 @@ void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
 }
 
 std::vector<uint8_t> TcpStore::get(const std::string& key) {
-  std::lock_guard<std::timed_mutex> lock(impl_->mu);
+  std::lock_guard<std::mutex> lock(impl_->mu);
   const std::string what = TE_STR_("key '" << key << "'");
   auto reply = impl_->request(impl_->next(kGet).str(key), Clock::now() + impl_->o.timeout, what);
   TE_CHECK_HINT(reply.has_value(),
@@ -759,7 +769,7 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  std::lock_guard<std::timed_mutex> lock(impl_->mu);
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::string names;
   for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
   const std::string what = TE_STR_("key(s) " << names);
@@ -773,7 +783,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
 
 void TcpStore::barrier(const std::string& name) {
   Impl& s = *impl_;
-  std::lock_guard<std::timed_mutex> lock(s.mu);
+  std::lock_guard<std::mutex> lock(s.mu);
   const int round = s.barrier_rounds[name]++;
   const std::string what = TE_STR_("barrier '" << name << "'");
   const std::string hint = "start every rank (teengine launch -n N), or raise parallel.timeout_s";
@@ -825,8 +835,8 @@ void TcpStore::barrier(const std::string& name) {
 
 std::vector<int> TcpStore::lost_ranks() {
   Impl& s = *impl_;
-  std::unique_lock<std::timed_mutex> lock(s.mu, std::defer_lock);
-  if (!lock.try_lock_for(kShortDeadline)) return {};
+  std::unique_lock<std::mutex> lock(s.mu, std::defer_lock);
+  if (!lock_within(lock, kShortDeadline)) return {};
   const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(kShortDeadline, s.o.timeout);
   uint32_t id = 0;  // 0 if the request could not be sent: then read until the close (a bye?)
   try {

@@ -45,12 +45,14 @@ RankGroup::RankGroup(ModelSpec spec_in, const RankPlacement& placement_in, const
 }
 
 void RankGroup::load(const ShardSource& source) {
+  // Read (and validate) every shard first, on this thread: a bad file must not abort the group's communicators.
+  std::vector<RankShards> shards(comms.size());
+  for (auto& c : comms) shards[static_cast<size_t>(index_of(*c))] = source(c->rank(), c->size());
   std::vector<std::unique_ptr<RankModel>> next(comms.size());
   run_ranks(comms, [&](Communicator& c) {
-    const int i = index_of(c);
-    RankContext& ctx = *ctxs[static_cast<size_t>(i)];
-    next[static_cast<size_t>(i)] = std::make_unique<RankModel>(spec, source(c.rank(), c.size()), ctx);
-    ctx.stream.synchronize();
+    const size_t i = static_cast<size_t>(index_of(c));
+    next[i] = std::make_unique<RankModel>(spec, std::move(shards[i]), *ctxs[i]);
+    ctxs[i]->stream.synchronize();
   });
   models = std::move(next);
 }

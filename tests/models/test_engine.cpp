@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -182,6 +183,42 @@ TEST(EngineApi, SavedWeightsReproduceOutputsBitExactly) {
   auto c = teengine::Engine::from_yaml_string(small_model("fp8_block", 2, 64, "infer"));  // seeded, untrained
   EXPECT_NE(a.forward(hx).bytes, c.forward(hx).bytes);
   std::remove(path.c_str());
+}
+
+// A weights file that does not fit is an input error and leaves the engine as it was (same outputs, still usable).
+TEST(EngineApi, ABadWeightsFileLeavesTheEngineAsItWas) {
+  const std::string path = ::testing::TempDir() + "/te_bad_weights.safetensors";
+  { std::ofstream(path) << "not a safetensors file"; }
+  auto e = teengine::Engine::from_yaml_string(small_model("fp8_block", 2, 64, "infer"));
+  std::vector<float> xv(64 * 128);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.05f * i);
+  auto hx = teengine::HostTensor::from_floats({64, 128}, xv);
+  const auto before = e.forward(hx).bytes;
+  try {
+    e.load_weights(path);
+    FAIL() << "a bad file loaded";
+  } catch (const teengine::Error& err) {
+    EXPECT_TRUE(err.is_input_error()) << err.what();
+  }
+  EXPECT_EQ(e.forward(hx).bytes, before);
+  std::remove(path.c_str());
+}
+
+// Staged tensors give the host calls' bytes, and the wall and device time of every step reach the metrics.
+TEST(EngineApi, StagedCallsEqualHostCalls) {
+  auto e = teengine::Engine::from_yaml_string(small_model("fp8_block", 2, 64, "infer"));
+  std::vector<float> xv(64 * 128);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.3f * i);
+  auto hx = teengine::HostTensor::from_floats({64, 128}, xv);
+  const teengine::StagedTensor x = e.stage(hx);
+  EXPECT_EQ(x.tokens(), 64);
+  EXPECT_EQ(e.to_host(e.forward(x)).bytes, e.forward(hx).bytes);
+  auto other = teengine::Engine::from_yaml_string(small_model("fp8_block", 2, 64, "infer"));
+  EXPECT_THROW(other.forward(x), teengine::Error);  // staged by another engine
+  auto j = nlohmann::json::parse(e.metrics_json());
+  ASSERT_EQ(j["step_ms"].size(), 2u);
+  ASSERT_EQ(j["device_ms"].size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_LE(j["device_ms"][i].get<double>(), j["step_ms"][i].get<double>());
 }
 
 // Inference through the graph executor (the default) equals run.executor=eager through the public API, also after a
