@@ -18,7 +18,8 @@ int env_int(const char* name, int fallback, bool required) {
   }
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > (1 << 20)) TE_INPUT_ERROR(name << "='" << v << "' is not a non-negative integer", "");
+  if (*end != '\0' || x < 0 || x > (1 << 20))
+    TE_INPUT_ERROR(name << "='" << v << "' is not a non-negative integer", "");
   return static_cast<int>(x);
 }
 

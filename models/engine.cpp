@@ -74,6 +74,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
   std::mutex mu;  // forward/train_step are serialised
   std::vector<double> step_ms, device_ms;
+  std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
   std::vector<float> losses;
   StepStats last;
   int64_t tokens_done = 0;
@@ -167,14 +168,17 @@ const StagedTensor::Impl& Engine::Impl::staged(const StagedTensor& t, const char
 
 double Engine::Impl::run_timed(const std::function<void(te::Communicator&, int)>& fn) {
   std::vector<double> ms(static_cast<size_t>(group->local_ranks()));
+  timers.resize(ms.size());
   te::run_ranks(group->comms, [&](te::Communicator& c) {
     const int i = group->index_of(c);
     te::RankContext& ctx = *group->ctxs[static_cast<size_t>(i)];
     const bool gpu = ctx.device.is_cuda();
-    te::Event begin, end;
+    auto& [begin, end] = timers[static_cast<size_t>(i)];
     if (gpu) {
-      begin = te::Event::create(ctx.device, true);
-      end = te::Event::create(ctx.device, true);
+      if (!begin.handle()) {
+        begin = te::Event::create(ctx.device, true);
+        end = te::Event::create(ctx.device, true);
+      }
       begin.record(ctx.stream);
     }
     const auto t0 = std::chrono::steady_clock::now();

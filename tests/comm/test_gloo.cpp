@@ -21,24 +21,13 @@
 #include "comm/gloo_communicator.h"
 #include "comm/local_communicator.h"
 #include "engine/error.h"
+#include "common/free_port.h"
 
 namespace te {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-int gloo_free_port() {  // ask the kernel for a free port, then release it for the test to bind
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
 
 TcpRendezvousOptions gloo_rendezvous(int port, int rank, int world, std::chrono::milliseconds timeout = 10s) {
   TcpRendezvousOptions o;
@@ -201,7 +190,7 @@ class GlooCollectives : public ::testing::TestWithParam<int> {
 
 TEST_P(GlooCollectives, SameBytesAsTheLocalBackend) {
   const int W = GetParam();
-  const int port = gloo_free_port();
+  const int port = test::free_port();
   auto got = run_gloo_children(W, gloo_all_ranks(W), [&](int r) {
     auto comm = make_gloo_communicator(gloo_rendezvous(port, r, W), 10s);
     if (comm->backend() != "gloo" || comm->rank() != r || comm->size() != W || !comm->device().is_cpu())
@@ -239,7 +228,7 @@ class GlooPeerExit : public ::testing::TestWithParam<CollectiveKind> {
 };
 
 TEST_P(GlooPeerExit, ARankThatExitsIsNamedByThePeers) {
-  const int W = 4, port = gloo_free_port();
+  const int W = 4, port = test::free_port();
   const CollectiveKind kind = GetParam();
   auto got = run_gloo_children(W, gloo_all_ranks(W), [&](int r) -> std::string {
     auto comm = make_gloo_communicator(gloo_rendezvous(port, r, W), 3s);
@@ -287,7 +276,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GlooPeerExit, ::testing::Values(CollectiveKind::
                          [](const auto& info) { return std::string(collective_name(info.param)); });
 
 TEST_F(GlooFaults, ARankThatHangsIsATimeoutNamingNoRank) {
-  const int W = 2, port = gloo_free_port();
+  const int W = 2, port = test::free_port();
   auto got = run_gloo_children(W, gloo_all_ranks(W), [&](int r) -> std::string {
     auto comm = make_gloo_communicator(gloo_rendezvous(port, r, W), 1000ms);
     if (r == 1) {  // alive (its store connection stays up) but never launches
@@ -314,7 +303,7 @@ TEST_F(GlooFaults, ARankThatHangsIsATimeoutNamingNoRank) {
 }
 
 TEST_F(GlooFaults, ARankThatNeverStartsIsNamedByTheJoinBarrier) {
-  const int W = 3, port = gloo_free_port();
+  const int W = 3, port = test::free_port();
   const auto t0 = Clock::now();
   auto got = run_gloo_children(W, {0, 1}, [&](int r) -> std::string {
     auto comm = make_gloo_communicator(gloo_rendezvous(port, r, W, 1500ms), 3s);
@@ -330,7 +319,7 @@ TEST_F(GlooFaults, ARankThatNeverStartsIsNamedByTheJoinBarrier) {
 TEST(GlooBuild, WithoutGlooTheFactorySaysHowToGetIt) {
   if (built_with_gloo()) GTEST_SKIP() << "this build has Gloo";
   try {
-    make_gloo_communicator(gloo_rendezvous(gloo_free_port(), 0, 1));
+    make_gloo_communicator(gloo_rendezvous(test::free_port(), 0, 1));
     FAIL() << "made a gloo communicator without Gloo";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("this build has no Gloo"), std::string::npos) << e.message();

@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/free_port.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -48,19 +50,7 @@ int run(const std::string& cmd, std::string* out = nullptr, int limit_s = 60) {
 // The launcher with TEENGINE_JOB_TOKEN removed from its environment (the test may itself run under a launcher).
 std::string launch() { return "env -u TEENGINE_JOB_TOKEN " + bin() + " launch"; }
 
-int free_port() {  // ask the kernel for a free port, then release it for the launcher to check
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
-std::string port_flag() { return " --master-port " + std::to_string(free_port()) + " "; }
+std::string port_flag() { return " --master-port " + std::to_string(te::test::free_port()) + " "; }
 
 std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> v;
@@ -309,7 +299,7 @@ TEST(Launch, RanksDieWithASigkilledLauncher) {
   const std::string log = dir.path + "/log";
   // Each rank writes its pid, then becomes `sleep` under that same pid.
   const pid_t launcher = start_launcher(
-      {"-n", "2", "--master-port", std::to_string(free_port()), "--", "sh", "-c",
+      {"-n", "2", "--master-port", std::to_string(te::test::free_port()), "--", "sh", "-c",
        "echo $$ > " + dir.path + "/$RANK.tmp && mv " + dir.path + "/$RANK.tmp " + dir.path + "/$RANK; exec sleep 30"},
       log);
   ASSERT_GT(launcher, 0);
@@ -338,7 +328,7 @@ TEST(Launch, ForwardsSigtermThenKillsAfterTheGracePeriod) {
   const std::string script = "if [ $RANK = 0 ]; then trap \"\" TERM; fi; echo $$ > " + dir.path + "/$RANK.tmp && mv " +
                              dir.path + "/$RANK.tmp " + dir.path + "/$RANK; while :; do sleep 0.1; done";
   const pid_t launcher = start_launcher(
-      {"-n", "2", "--grace-s", "1", "--master-port", std::to_string(free_port()), "--", "sh", "-c", script}, log);
+      {"-n", "2", "--grace-s", "1", "--master-port", std::to_string(te::test::free_port()), "--", "sh", "-c", script}, log);
   ASSERT_GT(launcher, 0);
   pid_t pids[2] = {-1, -1};
   const bool started = wait_until(

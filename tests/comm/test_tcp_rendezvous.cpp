@@ -10,27 +10,16 @@
 
 #include "comm/tcp_rendezvous.h"
 #include "engine/error.h"
+#include "common/free_port.h"
 
 namespace te {
 namespace {
-
-int free_port() {  // ask the kernel for a free port, then release it for the test to bind
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
 
 class TcpBroadcast : public ::testing::TestWithParam<int> {};
 
 TEST_P(TcpBroadcast, EveryRankReceivesTheBlob) {
   const int world = GetParam();
-  const int port = free_port();
+  const int port = test::free_port();
   std::vector<uint8_t> blob(128);
   for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<uint8_t>(i * 37 + 11);
   std::vector<std::vector<uint8_t>> got(world);
@@ -60,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, TcpBroadcast, ::testing::Values(1, 2, 4, 8));
 // The broadcast runs on the TcpStore: a connection that never speaks is ignored, a peer with another job's token is
 // refused, and the real peer still gets the blob.
 TEST(TcpBroadcastStray, StrayAndForeignConnectionsDoNotDisturbIt) {
-  const int port = free_port();
+  const int port = test::free_port();
   TcpRendezvousOptions o;
   o.port = port;
   o.world = 2;
@@ -96,7 +85,7 @@ TEST(TcpBroadcastStray, StrayAndForeignConnectionsDoNotDisturbIt) {
 
 TEST(TcpRendezvousTimeout, MasterFailsWhenAPeerNeverConnects) {
   TcpRendezvousOptions o;
-  o.port = free_port();
+  o.port = test::free_port();
   o.rank = 0;
   o.world = 3;
   o.timeout = std::chrono::milliseconds(300);
@@ -116,7 +105,7 @@ TEST(TcpRendezvousTimeout, MasterFailsWhenAPeerNeverConnects) {
 
 TEST(TcpRendezvousTimeout, PeerFailsWhenTheMasterNeverListens) {
   TcpRendezvousOptions o;
-  o.port = free_port();
+  o.port = test::free_port();
   o.rank = 2;
   o.world = 3;
   o.timeout = std::chrono::milliseconds(300);

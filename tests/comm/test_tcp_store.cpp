@@ -12,24 +12,13 @@
 
 #include "comm/tcp_store.h"
 #include "engine/error.h"
+#include "common/free_port.h"
 
 namespace te {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-int store_free_port() {  // ask the kernel for a free port, then release it for the test to bind
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
 
 TcpRendezvousOptions store_options(int port, int rank, int world, std::chrono::milliseconds timeout = 10s) {
   TcpRendezvousOptions o;
@@ -69,7 +58,7 @@ class TcpStoreWorlds : public ::testing::TestWithParam<int> {};
 
 TEST_P(TcpStoreWorlds, EveryRankSeesEveryKey) {
   const int world = GetParam();
-  const int port = store_free_port();
+  const int port = test::free_port();
   std::vector<std::vector<std::vector<uint8_t>>> got(world);
   auto errors = run_store_ranks(world, [&](int r) {
     TcpStore s(store_options(port, r, world));
@@ -95,7 +84,7 @@ TEST_P(TcpStoreWorlds, EveryRankSeesEveryKey) {
 INSTANTIATE_TEST_SUITE_P(Worlds, TcpStoreWorlds, ::testing::Values(1, 2, 4));
 
 TEST(TcpStore, GetWaitsForALaterSet) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   Clock::duration waited{};
   auto errors = run_store_ranks(2, [&](int r) {
     TcpStore s(store_options(port, r, 2));
@@ -118,7 +107,7 @@ TEST(TcpStore, GetWaitsForALaterSet) {
 }
 
 TEST(TcpStore, GetAndWaitTimeOutNamingTheKey) {
-  TcpStore s(store_options(store_free_port(), 0, 1, 200ms));
+  TcpStore s(store_options(test::free_port(), 0, 1, 200ms));
   const auto t0 = Clock::now();
   try {
     s.get("never-set");
@@ -133,7 +122,7 @@ TEST(TcpStore, GetAndWaitTimeOutNamingTheKey) {
 }
 
 TEST(TcpStore, BarrierNamesTheRanksThatNeverArrived) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   const auto t0 = Clock::now();
   auto errors = run_store_ranks(2, [&](int r) {  // ranks 2 and 3 of 4 never start
     TcpStore s(store_options(port, r, 4, 500ms));
@@ -147,7 +136,7 @@ TEST(TcpStore, BarrierNamesTheRanksThatNeverArrived) {
 }
 
 TEST(TcpStore, AWrongTokenIsRefused) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   TcpStore master(store_options(port, 0, 2));
   TcpRendezvousOptions o = store_options(port, 1, 2);
   o.token = "another job";
@@ -166,7 +155,7 @@ TEST(TcpStore, AWrongTokenIsRefused) {
 }
 
 TEST(TcpStore, ASilentConnectionDoesNotStallRealRanks) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   TcpStore master(store_options(port, 0, 2));
   // A stray client that connects and never says a word, and one that sends half a frame.
   int silent = ::socket(AF_INET, SOCK_STREAM, 0), partial = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -213,7 +202,7 @@ TEST(TcpStore, APortInUseIsAnInputError) {
 }
 
 TEST(TcpStore, APeerFailsWhenRankZeroNeverListens) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   const auto t0 = Clock::now();
   try {
     TcpStore s(store_options(port, 1, 2, 300ms));
@@ -227,7 +216,7 @@ TEST(TcpStore, APeerFailsWhenRankZeroNeverListens) {
 }
 
 TEST(TcpStore, LostRanksNamesARankThatDiedWithoutGoodbye) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   // Fork before this process starts any thread (rank 0's server): the child is rank 1, which joins and dies.
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -268,7 +257,7 @@ TEST(TcpStore, LostRanksNamesARankThatDiedWithoutGoodbye) {
 }
 
 TEST(TcpStore, LostRanksNamesRankZeroWhenItsProcessDies) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   const pid_t child = ::fork();  // rank 0 in a child that dies without shutting its store down
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -298,7 +287,7 @@ TEST(TcpStore, LostRanksNamesRankZeroWhenItsProcessDies) {
 }
 
 TEST(TcpStore, PeersKeepTheLostRanksAfterRankZeroShutsDown) {
-  const int port = store_free_port();
+  const int port = test::free_port();
   auto master = std::make_unique<TcpStore>(store_options(port, 0, 2));
   TcpStore peer(store_options(port, 1, 2));
   peer.set("joined", store_bytes("1"));

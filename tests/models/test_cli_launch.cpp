@@ -15,23 +15,12 @@
 #include "cli_test.h"
 #include "comm/gloo_communicator.h"
 #include "models/safetensors.h"
+#include "common/free_port.h"
 
 namespace te {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int free_tcp_port() {  // the kernel's choice of a free port, released for the ranks to bind
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
 
 class LaunchCli : public CliTest {
  protected:
@@ -40,7 +29,7 @@ class LaunchCli : public CliTest {
     if (!built_with_gloo()) GTEST_SKIP() << "this build has no Gloo";
   }
   static std::string model(const std::string& name) { return std::string(std::getenv("TE_MODELS_DIR")) + "/" + name; }
-  std::string launch(int n) { return "launch -n " + std::to_string(n) + " --master-port " + std::to_string(free_tcp_port()) + " -- teengine "; }
+  std::string launch(int n) { return "launch -n " + std::to_string(n) + " --master-port " + std::to_string(test::free_port()) + " -- teengine "; }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   static bool same_bytes(const std::string& a, const std::string& b) {
     const std::string x = slurp(a), y = slurp(b);
@@ -132,7 +121,7 @@ std::vector<std::pair<pid_t, int>> ranks_of(pid_t launcher) {
 
 TEST_F(LaunchCli, ARankKilledMidRunStopsEveryRankWithoutOutput) {
   const std::string out = path("out.st"), log = path("launch.out"), err = path("launch.err");
-  const std::string port = std::to_string(free_tcp_port());
+  const std::string port = std::to_string(test::free_port());
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -176,7 +165,7 @@ TEST_F(LaunchCli, ARankKilledMidRunStopsEveryRankWithoutOutput) {
 
 // Under any launcher (here: none, the variables set by hand) the surviving rank itself names the dead one.
 TEST_F(LaunchCli, ASurvivingRankNamesTheRankThatDied) {
-  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_tcp_port());
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(test::free_port());
   const std::string args = "'" + exe_ + "' run " + model("tiny.yaml") + " --set run.device=cpu --set run.mode=train " +
                            "--set run.steps=100000 --set run.tokens=128 --set parallel.comm=gloo " +
                            "--set parallel.timeout_s=10 --output " + path("out.st");
@@ -234,7 +223,7 @@ TEST_F(LaunchCli, APortInUseIsRefused) {
 TEST_F(LaunchCli, ARankThatNeverStartsIsNamedWithinTheTimeout) {
   // Rank 0 of 2, started by hand; rank 1 never comes.
   const std::string env = "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(free_tcp_port()) + " ";
+                          std::to_string(test::free_port()) + " ";
   const std::string cmd = env + "'" + exe_ + "' run " + model("tiny.yaml") +
                           " --set run.device=cpu --set parallel.comm=gloo --set parallel.timeout_s=2 >'" +
                           path("o") + "' 2>'" + path("e") + "'";
