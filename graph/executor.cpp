@@ -182,7 +182,9 @@ void Executor::synchronize() {
 void Executor::run() {
   Impl& m = *impl_;
   for (const Value& v : g_.values())
-    TE_CHECK_HINT(v.role == ValueRole::intermediate || v.consumers.empty() || m.values[static_cast<size_t>(v.id)].defined(),
+    TE_CHECK_HINT(v.role == ValueRole::intermediate || v.consumers.empty() ||
+                      plan_.buffers[static_cast<size_t>(v.id)].held_by_binding ||
+                      m.values[static_cast<size_t>(v.id)].defined(),
                   "run: " << g_.value_label(v.id) << " is not bound", "call Executor::bind for every input and param");
   for (const Node& n : g_.nodes()) {
     auto& in = m.node_in[static_cast<size_t>(n.id)];

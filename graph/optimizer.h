@@ -3,13 +3,25 @@
 // f32/bf16/f16 (read as f32). All tensors contiguous on one device; the launch is enqueued on `stream`.
 // The CPU reference (optimizer_ref.cpp) and the CUDA kernel (optimizer.cu) evaluate the same expression in the same
 // order with single roundings (no fused multiply-add), so they agree bit for bit.
+//
+// A model's step updates every parameter at once (multi-tensor): one pass reads master, gradient and state and
+// writes master, state and the model-dtype copy the kernels read, in as few launches as the kernel's argument table
+// allows, instead of one launch per parameter plus a cast pass per parameter.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "engine/stream.h"
 #include "engine/tensor.h"
 
 namespace te {
+
+// One parameter of a multi-tensor step. `state2` is AdamW's second moment (undefined for SGD). `value`, when
+// defined, is the parameter's model-dtype copy (bf16/f16/f32, the master's shape), written from the updated master
+// in the same pass with the rounding cast() uses.
+struct ParamSlot {
+  Tensor master, grad, state1, state2, value;
+};
 
 // SGD with momentum (PyTorch semantics, dampening 0):
 //   g = grad + weight_decay * p;  buf = momentum * buf + g;  p = p - lr * buf
@@ -21,6 +33,7 @@ struct SgdConfig {
 };
 void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& config,
                        const Stream& stream = Stream());
+void sgd_momentum_step(std::span<const ParamSlot> slots, const SgdConfig& config, const Stream& stream = Stream());
 
 // AdamW (decoupled weight decay), `step` counts from 1:
 //   p = p * (1 - lr * weight_decay)
@@ -36,6 +49,8 @@ struct AdamWConfig {
 };
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                 const AdamWConfig& config, const Stream& stream = Stream());
+void adamw_step(std::span<const ParamSlot> slots, int64_t step, const AdamWConfig& config,
+                const Stream& stream = Stream());
 
 // The per-step scalars of both optimizers, computed once on the host so CPU and CUDA see identical values.
 struct SgdScalars {
@@ -47,12 +62,24 @@ struct AdamWScalars {
 };
 
 namespace detail {
-void sgd_momentum_cpu(float* p, const void* g, DType gt, float* buf, int64_t n, const SgdScalars& s);
-void adamw_cpu(float* p, const void* g, DType gt, float* m, float* v, int64_t n, const AdamWScalars& s);
-void sgd_momentum_cuda(float* p, const void* g, DType gt, float* buf, int64_t n, const SgdScalars& s,
-                       const Stream& stream);
-void adamw_cuda(float* p, const void* g, DType gt, float* m, float* v, int64_t n, const AdamWScalars& s,
-                const Stream& stream);
+// Raw pointers of one slot, as the CPU loop and the CUDA kernel's argument table take them.
+struct SlotPtrs {
+  float* p;
+  const void* g;
+  float* s1;
+  float* s2;   // AdamW
+  void* value; // null: no model-dtype copy
+  int64_t n;
+  DType gt, vt;
+};
+enum class OptimizerKind { sgd_momentum, adamw };
+struct OptimizerScalars {
+  OptimizerKind kind;
+  SgdScalars sgd;
+  AdamWScalars adamw;
+};
+void optimizer_cpu(std::span<const SlotPtrs> slots, const OptimizerScalars& s);
+void optimizer_cuda(std::span<const SlotPtrs> slots, const OptimizerScalars& s, const Stream& stream);
 }  // namespace detail
 
 }  // namespace te

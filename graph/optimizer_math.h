@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 
+#include "engine/element.h"
 #include "engine/hd.h"
 #include "graph/optimizer.h"
 
@@ -34,6 +35,16 @@ TE_HD void adamw_update(float& p, float g, float& m, float& v, const AdamWScalar
   const float mhat = div_rn(m, s.bc1);
   const float denom = add_rn(sqrt_rn(div_rn(v, s.bc2)), s.eps);
   p = sub_rn(p, mul_rn(s.lr, div_rn(mhat, denom)));
+}
+
+// Element i of one slot: load the gradient, update master and state, write the model-dtype copy.
+TE_HD void update_element(const SlotPtrs& t, int64_t i, const OptimizerScalars& s) {
+  const float g = load_f32(t.g, t.gt, i);
+  if (s.kind == OptimizerKind::adamw)
+    adamw_update(t.p[i], g, t.s1[i], t.s2[i], s.adamw);
+  else
+    sgd_update(t.p[i], g, t.s1[i], s.sgd);
+  if (t.value) store_f32(t.value, t.vt, i, t.p[i]);
 }
 
 }  // namespace te::detail

@@ -197,11 +197,11 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
   for (const Value& v : g.values()) {
     PlannedBuffer& b = plan.buffers[static_cast<size_t>(v.id)];
     b.value = v.id;
-    if (v.role != ValueRole::intermediate) continue;
-    if (options.held_by_binding && options.held_by_binding(g, v)) {
+    if (options.held_by_binding && options.held_by_binding(g, v)) {  // a quantized param, an operand in flight
       b.held_by_binding = true;
       continue;
     }
+    if (v.role != ValueRole::intermediate) continue;
     const int64_t raw = v.type.is_quantized()
                             ? (options.quantized_bytes ? options.quantized_bytes(v.type) : quantized_value_bytes(v.type))
                             : dtype_storage_bytes(v.type.dtype, shape_numel(v.type.shape));

@@ -17,6 +17,7 @@
 #include "engine/allocator.h"
 #include "engine/element.h"
 #include "engine/log.h"
+#include "engine/pinned_host.h"
 #include "models/engine_impl.h"
 #include "ops/elementwise/elementwise.h"
 #include "models/model_graph.h"
@@ -73,6 +74,9 @@ struct Engine::Impl {
   std::unique_ptr<te::RankGroup> group;  // spec, placement, and per local rank a communicator, context and model
   std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
   std::mutex mu;  // forward/train_step are serialised
+  // The host side of every host-tensor copy (page-locked on a GPU), used under `mu`: stage() and to_host()
+  // synchronise before they return, so one buffer serves inputs, targets and outputs in turn.
+  std::unique_ptr<te::PinnedHostBuffer> staging;
   std::vector<double> step_ms, device_ms;
   std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
   std::vector<float> losses;
@@ -105,21 +109,26 @@ struct Engine::Impl {
 };
 
 namespace {
-te::Tensor host_to_tensor(const HostTensor& h) {
+// The caller's bytes as a tensor in the staging buffer (valid until its next use).
+te::Tensor host_to_tensor(const HostTensor& h, te::PinnedHostBuffer& staging) {
   auto dt = te::dtype_from_name(h.dtype);
   if (!dt || !te::is_high_precision(*dt))
     TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
-  te::Tensor t = te::Tensor::empty(te::Shape(h.shape.begin(), h.shape.end()), *dt);
-  TE_CHECK_HINT(static_cast<int64_t>(h.bytes.size()) == t.nbytes(),
-                "input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(t.shape()) << " "
-                               << h.dtype << " needs " << t.nbytes(),
+  const te::Shape shape(h.shape.begin(), h.shape.end());
+  const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));
+  TE_CHECK_HINT(static_cast<int64_t>(h.bytes.size()) == nbytes,
+                "input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
+                               << " needs " << nbytes,
                 "fill HostTensor::bytes to match its shape and dtype");
+  te::Tensor t = staging.view(shape, *dt);
   std::memcpy(t.data_ptr(), h.bytes.data(), h.bytes.size());
   return t;
 }
 
-HostTensor tensor_to_host(const te::Tensor& t) {
-  te::Tensor c = t.to(te::Device::cpu());
+// `t` (host or device, its producers synchronised) as a HostTensor, through the staging buffer.
+HostTensor tensor_to_host(const te::Tensor& t, te::PinnedHostBuffer& staging) {
+  te::Tensor c = t.device().is_cpu() ? t.contiguous() : staging.view(t.shape(), t.dtype());
+  if (t.device().is_cuda()) c.copy_from(t);
   HostTensor h;
   h.shape.assign(c.shape().begin(), c.shape().end());
   h.dtype = std::string(te::dtype_name(c.dtype()));
@@ -139,7 +148,7 @@ te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, int i, te::DType
 }
 
 StagedTensor Engine::Impl::stage(const HostTensor& h) {
-  te::Tensor x = host_to_tensor(h);
+  te::Tensor x = host_to_tensor(h, *staging);
   const int64_t hidden = spec().model.hidden;
   if (x.dim() != 2 || x.size(1) != hidden)
     TE_INPUT_ERROR("input has shape " << te::shape_str(x.shape()) << " but the model takes [tokens, " << hidden << "]",
@@ -230,17 +239,18 @@ float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::I
 
 HostTensor Engine::Impl::to_host(const StagedTensor::Impl& t) {
   const int64_t n = local_tokens(t.tokens), hidden = spec().model.hidden;
-  if (n == t.tokens) return tensor_to_host(t.rows[0]);  // every rank holds all tokens (no SP split)
+  if (n == t.tokens) return tensor_to_host(t.rows[0], *staging);  // every rank holds all tokens (no SP split)
   if (group->distributed()) {
     te::RankContext& ctx = *group->ctxs[0];
     te::Tensor full = te::Tensor::empty({t.tokens, hidden}, t.rows[0].dtype(), ctx.device, ctx.stream);
     group->comms[0]->all_gather(t.rows[0].contiguous(ctx.stream), full, ctx.stream).wait();
-    return tensor_to_host(full);
+    ctx.stream.synchronize();
+    return tensor_to_host(full, *staging);
   }
-  te::Tensor full = te::Tensor::empty({t.tokens, hidden}, spec().model.dtype);
-  for (int r = 0; r < world(); ++r)
-    full.narrow(0, r * n, n).copy_from(t.rows[static_cast<size_t>(r)].to(te::Device::cpu()));
-  return tensor_to_host(full);
+  // Every rank's rows straight into their place in the staging buffer.
+  te::Tensor full = staging->view({t.tokens, hidden}, t.rows[0].dtype());
+  for (int r = 0; r < world(); ++r) full.narrow(0, r * n, n).copy_from(t.rows[static_cast<size_t>(r)]);
+  return tensor_to_host(full, *staging);
 }
 
 void Engine::Impl::record_step(double ms, double dev_ms, int64_t tokens) {
@@ -305,6 +315,7 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
   const te::RankPlacement placement = te::place_ranks(spec);
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
+  impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());
   return Engine(std::move(impl));
 }
 
@@ -511,7 +522,9 @@ std::string Engine::explain() const {
   auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
   o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
     << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
-    << mib(mem.optimizer_state) << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes())
+    << mib(mem.optimizer_state)
+    << (mem.host_weights ? ", model-dtype weights in host memory (for saving) " + mib(mem.host_weights) : "")
+    << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes())
     << ", activations " << (arena >= 0 ? mib(arena) + " (planned arena)" : std::string("eager (allocator cache)"))
     << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
     << mib(te::memory_stats(m.device()).peak_bytes) << "\n";
@@ -532,7 +545,10 @@ HostTensor HostTensor::from_floats(std::vector<int64_t> shape, const std::vector
 }
 
 std::vector<float> HostTensor::to_floats() const {
-  return translate([&] { return host_to_tensor(*this).to_f32_vector(); });
+  return translate([&] {
+    te::PinnedHostBuffer host(false);
+    return host_to_tensor(*this, host).to_f32_vector();
+  });
 }
 
 int64_t HostTensor::numel() const {

@@ -75,6 +75,7 @@ struct ForwardBuilder {
   RankContext& ctx;
   ModelBinding& binding;
   std::vector<std::pair<int, Tensor>>& params;  // (value, tensor) for the caller to bind
+  std::vector<std::pair<int, GemmOperand>>& held_params;  // (value, quantized weight) the binding holds
 
   int64_t world() const { return ctx.world(); }
 
@@ -92,6 +93,20 @@ struct ForwardBuilder {
     const Sharding sh = world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
     const int id = b.param(p->spec->name, type(p->value.shape(), sh), false);
     params.emplace_back(id, p->value);
+    return id;
+  }
+
+  // The GEMM's weight: the model-dtype param, or the quantized weight when that is all the device keeps.
+  int weight_param(const ParallelLinear& l) {
+    const QuantizedTensor* q = l.weight_held_quantized();
+    if (!q) return param(l.params().weight);
+    const RankParam* p = l.params().weight;
+    const int dim = p->spec->shard_dim;
+    ValueType t = type(q->shape, world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated());
+    t.quant = q->format;
+    t.usages = q->usages();
+    const int id = b.param(p->spec->name, t, false);
+    held_params.emplace_back(id, GemmOperand(*q));
     return id;
   }
 
@@ -138,7 +153,7 @@ struct ForwardBuilder {
       if (column && ctx.gathers()) in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
       else if (quantize_here) in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
     }
-    std::vector<int> gemm_in{in, param(p.weight)};
+    std::vector<int> gemm_in{in, weight_param(l)};
     if (p.bias) gemm_in.push_back(param(p.bias));
     if (column) return b.add1(model_op(ModelOp::column_gemm), gemm_in, base, name);
     const int partial = b.add1(model_op(ModelOp::row_gemm), gemm_in, base, name);
@@ -152,7 +167,7 @@ struct ForwardBuilder {
 
 void ModelGraph::build() {
   RankContext& ctx = model_.ctx();
-  ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_};
+  ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_, held_params_};
   const Sharding sh = ctx.gathers() ? Sharding::split(0) : Sharding::replicated();
   input_ = fb.b.input("x", fb.type({local_tokens_, model_.spec().model.hidden}, sh));
   int x = input_;
@@ -179,6 +194,7 @@ void ModelGraph::build() {
 
 Tensor ModelGraph::forward(const Tensor& x) {
   exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());  // names the value and the fix on a shape mismatch
+  for (const auto& [v, q] : held_params_) binding_.held[static_cast<size_t>(v)] = q;
   exec_->run();
   model_.update_forward_scales();  // ordered after the step on ctx.stream, as the eager forward does
   // The held values go back to the allocator's cache of the stream that made them; the next step's work on that

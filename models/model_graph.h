@@ -49,6 +49,7 @@ class ModelGraph {
   ModelBinding binding_;
   int input_ = -1, output_ = -1;
   std::vector<std::pair<int, Tensor>> params_;  // (value, tensor) bound once
+  std::vector<std::pair<int, GemmOperand>> held_params_;  // (value, quantized weight) held by the binding each step
   std::unique_ptr<Executor> exec_;
 };
 

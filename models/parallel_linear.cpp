@@ -31,12 +31,21 @@ ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Para
 GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
   if (!q_weight_) return GemmOperand(p_.weight->value);
   if (!weight_q_) {
+    TE_CHECK(p_.weight->value.defined(), "the weight of " << p_.weight->spec->name << " was released");
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
     // uses the same scale.
     q_weight_->set_usages(ctx.training ? Usage::both : Usage::rowwise);
     weight_q_ = q_weight_->quantize(p_.weight->value, s, group_amax_reducer(ctx));
   }
   return GemmOperand(*weight_q_);
+}
+
+void ParallelLinear::hold_weight_quantized_only(RankContext& ctx) {
+  if (!q_weight_ || ctx.training) return;
+  (void)weight_operand(ctx, ctx.stream);
+  RankParam& w = *p_.weight;
+  w.host_value = w.value.device().is_cuda() ? w.value.to(Device::cpu(), ctx.stream) : w.value;
+  w.value = Tensor();
 }
 
 GemmOperand ParallelLinear::quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages,

@@ -36,6 +36,13 @@ class ParallelLinear {
   Tensor forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx);
   Tensor backward(const Tensor& dy, RankContext& ctx);  // accumulates parameter gradients; returns dx
   void invalidate_weight_cache() { weight_q_.reset(); }
+  // Inference under a quantized recipe: quantize the weight now and keep only that form where the kernels run; the
+  // model-dtype copy moves to host memory (RankParam::host_value), where saving reads it. Nothing else happens.
+  void hold_weight_quantized_only(RankContext& ctx);
+  // The quantized weight, when it is all the device holds (the model graph binds it in place of the weight).
+  const QuantizedTensor* weight_held_quantized() const {
+    return p_.weight->value.defined() ? nullptr : weight_q_ ? &*weight_q_ : nullptr;
+  }
   int64_t weight_cache_bytes() const { return weight_q_ ? weight_q_->nbytes() : 0; }  // the quantized weight
   // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients).
   void update_forward_scales(RankContext& ctx);

@@ -28,7 +28,8 @@ struct RankContext {
 struct RankParam {
   const ParamSpec* spec = nullptr;
   Tensor master;  // f32, local shape (training only: inference keeps just `value`)
-  Tensor value;   // model dtype, local shape
+  Tensor value;   // model dtype, local shape; undefined when only the quantized weight stays on the device
+  Tensor host_value;  // then the model-dtype copy in host memory (saving reads it)
   Tensor grad;    // f32, local shape (training)
   Tensor state1, state2;  // momentum / Adam moments (training)
   bool grad_all_reduce = false;  // replicated over the group but computed from local tokens (SP): sum over ranks

@@ -83,6 +83,11 @@ RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
     }
     layers_.push_back(std::move(branches));
   }
+  // Inference under a quantized recipe: the device keeps each weight once, in the form the GEMMs read.
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches)
+      for (Stage& s : b)
+        if (s.linear) s.linear->hold_weight_quantized_only(ctx_);
 }
 
 RankParam* RankModel::param(const std::string& name) {
@@ -169,17 +174,19 @@ float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
 
 void RankModel::optimizer_step(int64_t step) {
   const OptimizerSpec& o = spec_.run.optimizer;
+  std::vector<ParamSlot> slots;
+  slots.reserve(params_.size());
   for (RankParam& p : params_) {
     if (p.grad_all_reduce) all_reduce(p.grad, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
-    if (o.type == OptimizerType::adamw) {
-      AdamWConfig c{static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-                    static_cast<float>(o.eps), static_cast<float>(o.weight_decay)};
-      adamw_step(p.master, p.grad, p.state1, p.state2, step, c, ctx_.stream);
-    } else {
-      SgdConfig c{static_cast<float>(o.lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
-      sgd_momentum_step(p.master, p.grad, p.state1, c, ctx_.stream);
-    }
-    cast(p.master, p.value, ctx_.stream);  // refresh the low-precision copy
+    slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});  // value: the model-dtype copy, same pass
+  }
+  if (o.type == OptimizerType::adamw) {
+    AdamWConfig c{static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+                  static_cast<float>(o.eps), static_cast<float>(o.weight_decay)};
+    adamw_step(slots, step, c, ctx_.stream);
+  } else {
+    SgdConfig c{static_cast<float>(o.lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
+    sgd_momentum_step(slots, c, ctx_.stream);
   }
   for (auto& branches : layers_)
     for (BranchStages& b : branches)
@@ -192,6 +199,7 @@ RankModel::Memory RankModel::memory() const {
   auto bytes = [](const Tensor& t) { return t.defined() ? t.nbytes() : 0; };
   for (const RankParam& p : params_) {
     m.weights += bytes(p.value);
+    if (p.host_value.defined() && ctx_.device.is_cuda()) m.host_weights += bytes(p.host_value);
     m.master_weights += bytes(p.master);
     m.gradients += bytes(p.grad);
     m.optimizer_state += bytes(p.state1) + bytes(p.state2);
@@ -205,7 +213,9 @@ RankModel::Memory RankModel::memory() const {
 
 Tensor RankModel::master_values(size_t i) const {
   const RankParam& p = params_[i];
-  return p.master.defined() ? p.master : cast(p.value, DType::f32, ctx_.stream);
+  if (p.master.defined()) return p.master;
+  if (p.value.defined()) return cast(p.value, DType::f32, ctx_.stream);
+  return cast(p.host_value.to(ctx_.device, ctx_.stream), DType::f32, ctx_.stream);
 }
 
 void RankModel::export_params(GlobalParams& global) const {

@@ -33,6 +33,7 @@ class RankModel {
   // What this rank holds now, by kind (bytes): --explain's memory account.
   struct Memory {
     int64_t weights = 0;          // model-dtype copies the kernels read, plus quantized weight caches
+    int64_t host_weights = 0;     // model-dtype copies kept in host memory for saving (GPU inference, quantized)
     int64_t master_weights = 0;   // f32 masters (training)
     int64_t gradients = 0;        // f32 (training)
     int64_t optimizer_state = 0;  // momentum / Adam moments (training)

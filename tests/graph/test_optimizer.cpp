@@ -3,9 +3,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/gpu.h"
 #include "graph/optimizer.h"
+#include "ops/elementwise/elementwise.h"
 #include "test_ops.h"
 
 namespace te {
@@ -91,6 +94,99 @@ TEST(OptimizerGpu, CudaEqualsCpuBitForBit) {
     EXPECT_TRUE(test_ops::bit_equal(dq.to(Device::cpu()), q)) << dtype_name(gt);
     EXPECT_TRUE(test_ops::bit_equal(dbuf.to(Device::cpu()), buf)) << dtype_name(gt);
   }
+}
+
+// A parameter set like a model's, on `device`: sizes that are not multiples of the four-element vector unit, one
+// master that starts one element into its storage (unaligned: the scalar path), and more parameters than one
+// launch's argument table holds.
+struct ModelLikeParams {
+  std::vector<Tensor> master, grad, m, v, value;
+  std::vector<ParamSlot> slots() const {
+    std::vector<ParamSlot> out;
+    for (size_t i = 0; i < master.size(); ++i) out.push_back({master[i], grad[i], m[i], v[i], value[i]});
+    return out;
+  }
+};
+
+ModelLikeParams model_like_params(DType grad_dtype, DType value_dtype, Device device = Device::cpu()) {
+  ModelLikeParams p;
+  for (int i = 0; i < 61; ++i) {
+    const Shape shape = i == 4 ? Shape{29} : Shape{i % 3 == 0 ? 96 : 7, 1 + i % 5};
+    const uint64_t seed = static_cast<uint64_t>(i);
+    if (i == 4)
+      p.master.push_back(test_ops::make({30}, DType::f32, 100 + seed).to(device).narrow(0, 1, 29));
+    else
+      p.master.push_back(test_ops::make(shape, DType::f32, 100 + seed).to(device));
+    p.grad.push_back(cast(test_ops::make(shape, DType::f32, 300 + seed), grad_dtype).to(device));
+    p.m.push_back(Tensor::zeros(shape, DType::f32, device));
+    p.v.push_back(Tensor::zeros(shape, DType::f32, device));
+    p.value.push_back(Tensor::zeros(shape, value_dtype, device));
+  }
+  return p;
+}
+
+TEST(Optimizer, MultiTensorStepEqualsOneCallPerParameterThenCast) {
+  for (bool adamw : {true, false}) {
+    ModelLikeParams all = model_like_params(DType::f32, DType::bf16);
+    ModelLikeParams one = model_like_params(DType::f32, DType::bf16);
+    for (int64_t step = 1; step <= 2; ++step) {
+      const std::vector<ParamSlot> slots = all.slots();
+      if (adamw) adamw_step(slots, step, {}); else sgd_momentum_step(slots, SgdConfig{});
+      for (size_t i = 0; i < one.master.size(); ++i) {
+        if (adamw) adamw_step(one.master[i], one.grad[i], one.m[i], one.v[i], step, {});
+        else sgd_momentum_step(one.master[i], one.grad[i], one.m[i], SgdConfig{});
+        cast(one.master[i], one.value[i]);
+      }
+    }
+    for (size_t i = 0; i < all.master.size(); ++i) {
+      ASSERT_TRUE(test_ops::bit_equal(all.master[i], one.master[i])) << i;
+      ASSERT_TRUE(test_ops::bit_equal(all.m[i], one.m[i])) << i;
+      ASSERT_TRUE(test_ops::bit_equal(all.value[i], one.value[i])) << i;
+      if (adamw) {
+        ASSERT_TRUE(test_ops::bit_equal(all.v[i], one.v[i])) << i;
+      }
+    }
+  }
+}
+
+TEST(Optimizer, MultiTensorBadSlotNamesTheTensor) {
+  ModelLikeParams p = model_like_params(DType::f32, DType::bf16);
+  std::vector<ParamSlot> slots = p.slots();
+  slots[5].value = Tensor::zeros({3}, DType::bf16);
+  try {
+    adamw_step(slots, 1, {});
+    FAIL() << "a model-dtype copy of the wrong shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model-dtype copy"), std::string::npos) << e.what();
+  }
+  slots = p.slots();
+  slots[2].state2 = Tensor();
+  EXPECT_THROW(adamw_step(slots, 1, {}), Error);
+  EXPECT_NO_THROW(sgd_momentum_step(slots, SgdConfig{}));  // SGD has no second state
+}
+
+TEST(OptimizerGpu, MultiTensorCudaEqualsCpuBitForBit) {
+  TE_REQUIRE_GPU();
+  for (DType gt : {DType::f32, DType::bf16})
+    for (DType vt : {DType::bf16, DType::f16, DType::f32})
+      for (bool adamw : {true, false}) {
+        ModelLikeParams host = model_like_params(gt, vt);
+        ModelLikeParams dev = model_like_params(gt, vt, Device::cuda(0));
+        for (int64_t step = 1; step <= 3; ++step) {
+          if (adamw) {
+            adamw_step(host.slots(), step, {});
+            adamw_step(dev.slots(), step, {});
+          } else {
+            sgd_momentum_step(host.slots(), SgdConfig{});
+            sgd_momentum_step(dev.slots(), SgdConfig{});
+          }
+        }
+        for (size_t i = 0; i < host.master.size(); ++i) {
+          ASSERT_TRUE(test_ops::bit_equal(dev.master[i].to(Device::cpu()), host.master[i])) << i;
+          ASSERT_TRUE(test_ops::bit_equal(dev.value[i].to(Device::cpu()), host.value[i])) << i;
+          ASSERT_TRUE(test_ops::bit_equal(dev.m[i].to(Device::cpu()), host.m[i])) << i;
+        }
+      }
 }
 
 }  // namespace
