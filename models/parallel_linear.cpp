@@ -36,6 +36,9 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
     // uses the same scale.
     q_weight_->set_usages(ctx.training ? Usage::both : Usage::rowwise);
     weight_q_ = q_weight_->quantize(p_.weight->value, s, group_amax_reducer(ctx));
+    // Training: until the next optimizer step (which writes a fresh model-dtype copy) the GEMMs read only the
+    // quantized copies, so the model-dtype one goes now rather than sitting beside the activations.
+    if (ctx.training) p_.weight->value = Tensor();
   }
   return GemmOperand(*weight_q_);
 }
@@ -191,7 +194,10 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
       rs.work.wait();
       dx = rs.output;
     }
-    if (!p_.norm_weight) return dx;
+    if (!p_.norm_weight) {
+      release_saved();
+      return dx;
+    }
     Tensor dgamma = Tensor::empty(p_.norm_weight->grad.shape(), DType::f32, ctx.device, ctx.stream);
     Tensor dbeta = p_.norm_bias ? Tensor::empty(p_.norm_bias->grad.shape(), DType::f32, ctx.device, ctx.stream)
                                 : Tensor();
@@ -199,6 +205,7 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
     norm_backward(norm_, dx, x_, mean_, rstd_, p_.norm_weight->value, dx_in, dgamma, dbeta, ctx.stream);
     add_to_grad(*p_.norm_weight, dgamma, ctx.stream);
     if (p_.norm_bias) add_to_grad(*p_.norm_bias, dbeta, ctx.stream);
+    release_saved();
     return dx_in;
   }
   // Row-parallel: dy [T/W, H] (SP) → gathered [T, H] with both copies (quantized where §4 allows).
@@ -210,11 +217,20 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   } else {
     dy_op = quantize_local(q_grad_, dy, Usage::both, ctx, ctx.stream);
   }
+  // The saved input's column-wise copy first, so the high-precision input is gone before dgrad allocates dx.
+  const GemmOperand x_op = quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream);
+  release_saved();
   Tensor dx = gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
                    ctx.stream);  // [T, N/W]
-  wgrad_into_grad(*p_.weight, dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream), *ctx.gemm,
-                  ctx.stream);  // [H, N/W]
+  wgrad_into_grad(*p_.weight, dy_op, x_op, *ctx.gemm, ctx.stream);  // [H, N/W]
   return dx;
+}
+
+void ParallelLinear::release_saved() {
+  x_ = Tensor();
+  mean_ = Tensor();
+  rstd_ = Tensor();
+  h_ = Tensor();
 }
 
 void ParallelLinear::update_forward_scales(RankContext& ctx) {

@@ -34,7 +34,8 @@ class ParallelLinear {
   // forward(act(pre)): in inference under a block recipe the activation and the input quantization run as one
   // fused pass (the activation output is never written in high precision).
   Tensor forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx);
-  Tensor backward(const Tensor& dy, RankContext& ctx);  // accumulates parameter gradients; returns dx
+  // Accumulates parameter gradients; returns dx. Releases what the forward saved, each piece after its last use.
+  Tensor backward(const Tensor& dy, RankContext& ctx);
   void invalidate_weight_cache() { weight_q_.reset(); }
   // Inference under a quantized recipe: quantize the weight now and keep only that form where the kernels run; the
   // model-dtype copy moves to host memory (RankParam::host_value), where saving reads it. Nothing else happens.
@@ -75,6 +76,7 @@ class ParallelLinear {
   Tensor fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s);
   GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx,
                              const Stream& s);
+  void release_saved();  // after backward: the saved activations go back to the allocator at once
 
   ParallelMode mode_;
   NormKind norm_;

@@ -115,8 +115,14 @@ Tensor RankModel::run_branch(BranchStages& b, const Tensor& x) {
 
 Tensor RankModel::backprop_branch(BranchStages& b, const Tensor& dy) {
   Tensor d = dy;
-  for (auto it = b.rbegin(); it != b.rend(); ++it)
-    d = it->linear ? it->linear->backward(d, ctx_) : act_backward(*it->act, d, it->act_in, ctx_.stream);
+  for (auto it = b.rbegin(); it != b.rend(); ++it) {
+    if (it->linear) {
+      d = it->linear->backward(d, ctx_);
+      continue;
+    }
+    d = act_backward(*it->act, d, it->act_in, ctx_.stream);
+    it->act_in = Tensor();  // its last use
+  }
   return d;
 }
 
@@ -178,7 +184,9 @@ void RankModel::optimizer_step(int64_t step) {
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
     if (p.grad_all_reduce) all_reduce(p.grad, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
-    slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});  // value: the model-dtype copy, same pass
+    // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
+    if (!p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, ctx_.stream);
+    slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});
   }
   if (o.type == OptimizerType::adamw) {
     AdamWConfig c{static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
