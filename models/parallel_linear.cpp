@@ -217,13 +217,13 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   } else {
     dy_op = quantize_local(q_grad_, dy, Usage::both, ctx, ctx.stream);
   }
-  // The saved input's column-wise copy first, so the high-precision input is gone before dgrad allocates dx.
-  const GemmOperand x_op = quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream);
+  // wgrad before dgrad (nothing waits on a collective here): the saved input and its column-wise copy are gone
+  // before dgrad allocates dx, the largest tensor of this layer's backward.
+  wgrad_into_grad(*p_.weight, dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream), *ctx.gemm,
+                  ctx.stream);  // [H, N/W]
   release_saved();
-  Tensor dx = gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
-                   ctx.stream);  // [T, N/W]
-  wgrad_into_grad(*p_.weight, dy_op, x_op, *ctx.gemm, ctx.stream);  // [H, N/W]
-  return dx;
+  return gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
+              ctx.stream);  // [T, N/W]
 }
 
 void ParallelLinear::release_saved() {

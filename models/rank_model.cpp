@@ -115,12 +115,18 @@ Tensor RankModel::run_branch(BranchStages& b, const Tensor& x) {
 
 Tensor RankModel::backprop_branch(BranchStages& b, const Tensor& dy) {
   Tensor d = dy;
+  bool own = false;  // d is this branch's own tensor (not the caller's dy, which the residual still reads)
   for (auto it = b.rbegin(); it != b.rend(); ++it) {
     if (it->linear) {
       d = it->linear->backward(d, ctx_);
+      own = true;
       continue;
     }
-    d = act_backward(*it->act, d, it->act_in, ctx_.stream);
+    // In place where dx has dy's shape: the activation's gradient is the largest tensor of the backward.
+    if (own && *it->act != ActKind::swiglu && d.is_contiguous() && d.dtype() == it->act_in.dtype())
+      act_backward(*it->act, d, it->act_in, d, ctx_.stream);
+    else
+      d = act_backward(*it->act, d, it->act_in, ctx_.stream);
     it->act_in = Tensor();  // its last use
   }
   return d;

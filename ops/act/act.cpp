@@ -97,6 +97,8 @@ void act_backward(ActKind kind, const Tensor& dy, const Tensor& x, Tensor& dx, c
                 act_kind_name(kind) << " backward: dx must be a contiguous " << shape_str(x.shape())
                                     << " tensor on " << x.device().str() << "; got " << dx.str(),
                 "allocate it with Tensor::empty");
+  TE_CHECK_HINT(kind != ActKind::swiglu || dx.data_ptr() != dy.data_ptr(),
+                "swiglu backward: dx [.., 2F] cannot overwrite dy [.., F]", "give dx its own buffer");
   const int64_t M = F ? dy.numel() / F : 0;
   if (M == 0 || F == 0) return;
   const Tensor xc = x.contiguous(stream), dyc = dy.contiguous(stream);

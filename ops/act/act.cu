@@ -51,8 +51,10 @@ __global__ void act_fwd_kernel(ActKind k, const TX* __restrict__ x, TO* __restri
   }
 }
 
+// dy and dx may be one buffer (the in-place backward of GELU or ReLU: each thread reads its chunk of dy before it
+// writes the same chunk of dx), so neither is __restrict__.
 template <class TX, class TD, int VEC>
-__global__ void act_bwd_kernel(ActKind k, const TX* __restrict__ dy, const TX* __restrict__ x, TD* __restrict__ dx,
+__global__ void act_bwd_kernel(ActKind k, const TX* dy, const TX* __restrict__ x, TD* dx,
                                int64_t rows, int64_t cols) {
   const int64_t cpr = cols / VEC, n = rows * cpr;
   const bool swiglu = k == ActKind::swiglu;

@@ -28,6 +28,7 @@ void act_forward(ActKind kind, const Tensor& x, Tensor& out, const Stream& strea
 Tensor act_forward(ActKind kind, const Tensor& x, DType out_dtype, const Stream& stream = Stream());
 
 // dx [..., F_in] = d act(x) / dx applied to dy [..., F].
+// dx may be dy itself (in place) for GELU and ReLU, whose dx has dy's shape.
 void act_backward(ActKind kind, const Tensor& dy, const Tensor& x, Tensor& dx, const Stream& stream = Stream());
 Tensor act_backward(ActKind kind, const Tensor& dy, const Tensor& x, const Stream& stream = Stream());  // x's dtype
 

@@ -160,5 +160,25 @@ TEST(Act, CudaMatchesCpuClosely) {
   }
 }
 
+// GELU and ReLU backward may overwrite dy with dx (the model's backward does, to save its largest buffer): the bytes
+// equal the out-of-place result on every device; SwiGLU, whose dx is twice dy's width, refuses.
+TEST(Act, InPlaceBackwardEqualsOutOfPlace) {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+  for (Device d : devices)
+    for (ActKind k : {ActKind::gelu, ActKind::relu})
+      for (DType t : {DType::bf16, DType::f32}) {
+        const Tensor x = random_2d(67, 256, t, 5, d, Layout::contiguous, 3.f);
+        const Tensor dy = random_2d(67, 256, t, 6, d, Layout::contiguous, 1.f);
+        const Tensor expect = act_backward(k, dy, x);
+        Tensor inout = dy.clone();
+        act_backward(k, inout, x, inout);
+        EXPECT_EQ(inout.to(Device::cpu()).to_f32_vector(), expect.to(Device::cpu()).to_f32_vector())
+            << act_kind_name(k) << " " << dtype_name(t) << " " << d.str();
+      }
+  Tensor x = Tensor::zeros({2, 8}, DType::f32), dy = Tensor::zeros({2, 4}, DType::f32);
+  EXPECT_THROW(act_backward(ActKind::swiglu, dy, x, dy), Error);
+}
+
 }  // namespace
 }  // namespace te
