@@ -176,20 +176,6 @@ void take_usages(QuantizedTensor& dst, const QuantizedTensor& src, Usage uset) {
   }
 }
 
-// Quantizes with a temporary usage set, restoring the quantizer's own.
-QuantizedTensor quantize_for(Quantizer& q, const Tensor& x, Usage u, const Stream& stream, const AmaxReducer& r) {
-  const Usage saved = q.usages();
-  q.set_usages(u);
-  try {
-    QuantizedTensor t = q.quantize(x, stream, r);
-    q.set_usages(saved);
-    return t;
-  } catch (...) {
-    q.set_usages(saved);
-    throw;
-  }
-}
-
 }  // namespace
 
 std::string_view gather_route_name(GatherRoute p) {
@@ -213,7 +199,7 @@ GatherPlan plan_gather(const Shape& local_shape, const Quantizer* q, Usage usage
     plan.tensor_path = world == 1 ? GatherRoute::local : GatherRoute::high_precision;
     return plan;
   }
-  if (usages == Usage::none) usages = q->usages();
+  TE_CHECK_HINT(usages != Usage::none, "plan_gather: no usage requested", "name the copies the gather must produce");
   const bool quantized_input = input_usages != Usage::none;
   bool any_fallback = false;
   for (Usage u : {Usage::rowwise, Usage::columnwise}) {
@@ -280,7 +266,9 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
     hp = &hp_in;
     qin = nullptr;
   }
-  if (usages == Usage::none) usages = quantizer ? quantizer->usages() : (qin ? qin->usages() : Usage::none);
+  if (usages == Usage::none && qin) usages = qin->usages();  // an already-quantized input: the copies it carries
+  TE_CHECK_HINT(usages != Usage::none || !quantizer, "gather_along_first_dim: a quantizer but no usage requested",
+                "name the copies the gather must produce (rowwise, columnwise or both)");
   // An already-quantized input without a quantizer can only take the quantized path; a temporary quantizer of
   // its format answers §4 (it never quantizes).
   std::optional<Quantizer> own;
@@ -289,7 +277,7 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
     QuantizerConfig cfg;
     cfg.format = qin->format;
     cfg.data_dtype = qin->data_dtype;
-    own.emplace(cfg, usages);
+    own.emplace(cfg);
     q = &*own;
   }
   res.plan = plan_gather(local_shape, q, usages, W, qin ? qin->usages() : Usage::none);
@@ -317,7 +305,7 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
     if (qin) {
       out.qt = *qin;
     } else {
-      out.qt = quantize_for(*q, hp_in, usages, stream, {});
+      out.qt = q->quantize(hp_in, usages, stream, {});
     }
     return res;
   }
@@ -335,7 +323,7 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
   GatherParts parts;
   if (qset != Usage::none) {
     // Quantize locally with the group's amax (current scaling, NVFP4), or take the input's copies.
-    const QuantizedTensor local = qin ? *qin : quantize_for(*q, hp_in, qset, stream, amax_reducer(comm));
+    const QuantizedTensor local = qin ? *qin : q->quantize(hp_in, qset, stream, amax_reducer(comm));
     parts.out = out.qt;
     plan_quantized(local, qset, W, dev, stream, parts);
     res.quantized_bytes = parts.bytes;
@@ -383,7 +371,7 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
     if (fset_c != Usage::none) {
       // The gathered tensor is global: its amax is the group's, no reduction needed.
       Quantizer& qq = own ? *own : *q;
-      QuantizedTensor fq = quantize_for(qq, gathered_hp, fset_c, stream, {});
+      QuantizedTensor fq = qq.quantize(gathered_hp, fset_c, stream, {});
       take_usages(o, fq, fset_c);
     }
   });

@@ -71,8 +71,8 @@ struct GatherResult {
   const Tensor& tensor() const;              // throws unless the output is a tensor and the work was waited
 };
 
-// input [M_l, …] on comm.device(); quantizer may be null (plain gather of a Tensor); usages: Usage::none means
-// the quantizer's usages (or the input's). The quantizer's usages are restored before returning. With
+// input [M_l, …] on comm.device(); quantizer may be null (plain gather of a Tensor); usages: the copies to produce
+// (Usage::none for an already-quantized input: the copies it carries). The quantizer is left unchanged. With
 // async_op = false the result is complete on return (ordered on `stream`). `site` keys the once-per-call-site
 // fallback log line.
 GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm, Quantizer* quantizer, Usage usages,

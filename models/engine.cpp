@@ -478,7 +478,7 @@ std::string Engine::explain() const {
   // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
   auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {
     std::optional<te::Quantizer> q;
-    if (qc) q.emplace(*qc, usages);
+    if (qc) q.emplace(*qc);
     te::GatherPlan p = te::plan_gather({local_tokens, m.spec().model.hidden}, q ? &*q : nullptr, usages, w);
     if (!qc) {
       o << "  " << what << ": " << te::gather_route_name(p.tensor_path) << " ("

@@ -22,9 +22,9 @@ AmaxReducer group_amax_reducer(const RankContext& ctx) {
 ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx)
     : mode_(mode), norm_(norm), eps_(eps), p_(params) {
   if (ctx.recipe.quantized()) {
-    q_input_.emplace(*ctx.recipe.input, Usage::rowwise);
-    q_weight_.emplace(*ctx.recipe.weight, Usage::rowwise);
-    q_grad_.emplace(*ctx.recipe.grad, Usage::both);
+    q_input_.emplace(*ctx.recipe.input);
+    q_weight_.emplace(*ctx.recipe.weight);
+    q_grad_.emplace(*ctx.recipe.grad);
   }
 }
 
@@ -34,8 +34,8 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
     TE_CHECK(p_.weight->value.defined(), "the weight of " << p_.weight->spec->name << " was released");
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
     // uses the same scale.
-    q_weight_->set_usages(ctx.training ? Usage::both : Usage::rowwise);
-    weight_q_ = q_weight_->quantize(p_.weight->value, s, group_amax_reducer(ctx));
+    weight_q_ =
+        q_weight_->quantize(p_.weight->value, ctx.training ? Usage::both : Usage::rowwise, s, group_amax_reducer(ctx));
     // Training: until the next optimizer step (which writes a fresh model-dtype copy) the GEMMs read only the
     // quantized copies, so the model-dtype one goes now rather than sitting beside the activations.
     if (ctx.training) p_.weight->value = Tensor();
@@ -54,9 +54,8 @@ void ParallelLinear::hold_weight_quantized_only(RankContext& ctx) {
 GemmOperand ParallelLinear::quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages,
                                            RankContext& ctx, const Stream& s) {
   if (!q) return GemmOperand(t);
-  q->set_usages(usages);
   // A tensor sharded over the group (row-parallel input, features split) reduces its per-tensor amax too.
-  return GemmOperand(q->quantize(t, s, group_amax_reducer(ctx)));
+  return GemmOperand(q->quantize(t, usages, s, group_amax_reducer(ctx)));
 }
 
 bool ParallelLinear::fuses_norm_quantize(const RankContext& ctx) const {
@@ -67,9 +66,8 @@ bool ParallelLinear::fuses_activation_quantize() const { return mode_ == Paralle
 
 QuantizedTensor ParallelLinear::norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s) {
   // Fused where norm_forward_quantized has a kernel; the same bytes as norm then quantize either way. Nothing saved.
-  q_input_->set_usages(Usage::rowwise);
   return norm_forward_quantized(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_,
-                                ctx.dtype, *q_input_, s, group_amax_reducer(ctx))
+                                ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx))
       .out;
 }
 
@@ -100,8 +98,7 @@ GemmOperand ParallelLinear::local_input(const Tensor& x, RankContext& ctx, const
 QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s) {
   // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of quantize(act(pre)).
   // Training keeps the activation itself (the backward quantizes it column-wise for wgrad), from the same pass.
-  q_input_->set_usages(Usage::rowwise);
-  return act_forward_quantized(act, pre, ctx.dtype, *q_input_, s, group_amax_reducer(ctx),
+  return act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx),
                                ctx.training ? &x_ : nullptr);
 }
 

@@ -7,13 +7,14 @@
 namespace te {
 
 QuantizedTensor act_forward_quantized(ActKind kind, const Tensor& x, DType out_dtype, Quantizer& quantizer,
-                                      const Stream& stream, const AmaxReducer& reduce, Tensor* act_out) {
-  if (kind != ActKind::swiglu && out_dtype == x.dtype() && quantizer.can_fuse_activation(x))
+                                      Usage usages, const Stream& stream, const AmaxReducer& reduce, Tensor* act_out) {
+  const bool fusable = kind != ActKind::swiglu && usages == Usage::rowwise && out_dtype == x.dtype();
+  if (fusable && quantizer.can_fuse_activation(x))
     return quantizer.quantize_activation(kind == ActKind::gelu ? QuantPreAct::gelu : QuantPreAct::relu, x, stream,
                                          act_out);
   const Tensor y = act_forward(kind, x, out_dtype, stream);  // [..., F] out_dtype
   if (act_out) *act_out = y;
-  return quantizer.quantize(y, stream, reduce);
+  return quantizer.quantize(y, usages, stream, reduce);
 }
 
 }  // namespace te

@@ -11,19 +11,20 @@
 namespace te {
 namespace {
 
-[[maybe_unused]] bool fusable_format(const Tensor& x, DType out_dtype, const Quantizer& q) {
+[[maybe_unused]] bool fusable_format(const Tensor& x, DType out_dtype, const Quantizer& q, Usage usages) {
   const QuantizerConfig& c = q.config();
-  return x.defined() && x.device().is_cuda() && c.format == QuantFormat::fp8_block_1d &&
-         q.usages() == Usage::rowwise && (c.data_dtype == DType::fp8_e4m3 || c.data_dtype == DType::fp8_e5m2) &&
-         is_high_precision(x.dtype()) && is_high_precision(out_dtype) && x.dim() >= 1 && x.size(-1) > 0;
+  return x.defined() && x.device().is_cuda() && c.format == QuantFormat::fp8_block_1d && usages == Usage::rowwise &&
+         (c.data_dtype == DType::fp8_e4m3 || c.data_dtype == DType::fp8_e5m2) && is_high_precision(x.dtype()) &&
+         is_high_precision(out_dtype) && x.dim() >= 1 && x.size(-1) > 0;
 }
 
 }  // namespace
 
 bool norm_quantize_fusable(const Tensor& x, const Tensor& gamma, const Tensor& beta, DType out_dtype,
-                           const Quantizer& quantizer) {
+                           const Quantizer& quantizer, Usage usages) {
 #if TE_WITH_CUDA
-  if (!fusable_format(x, out_dtype, quantizer) || !gamma.defined() || !is_high_precision(gamma.dtype())) return false;
+  if (!fusable_format(x, out_dtype, quantizer, usages) || !gamma.defined() || !is_high_precision(gamma.dtype()))
+    return false;
   const int64_t H = x.size(-1);
   // The contiguous copy norm_forward would make is 16-byte aligned; a contiguous x is checked as it is.
   NormFwdArgs a{NormKind::layernorm, x.is_contiguous() ? x.data_ptr() : nullptr, x.dtype(), gamma.data_ptr(),
@@ -31,27 +32,27 @@ bool norm_quantize_fusable(const Tensor& x, const Tensor& gamma, const Tensor& b
                 x.numel() / H, H, 0.f};
   return cuda::norm_quantize_fusable(a);
 #else
-  (void)x, (void)gamma, (void)beta, (void)out_dtype, (void)quantizer;
+  (void)x, (void)gamma, (void)beta, (void)out_dtype, (void)quantizer, (void)usages;
   return false;
 #endif
 }
 
 NormQuantized norm_forward_then_quantize(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         float eps, DType out_dtype, Quantizer& quantizer, const Stream& stream,
-                                         const AmaxReducer& reduce) {
+                                         float eps, DType out_dtype, Quantizer& quantizer, Usage usages,
+                                         const Stream& stream, const AmaxReducer& reduce) {
   NormForward f = norm_forward(kind, x, gamma, beta, eps, out_dtype, stream);  // [..., H] out_dtype
   NormQuantized r;
-  r.out = quantizer.quantize(f.out, stream, reduce);
+  r.out = quantizer.quantize(f.out, usages, stream, reduce);
   r.mean = f.mean;
   r.rstd = f.rstd;
   return r;
 }
 
-NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     float eps, DType out_dtype, Quantizer& quantizer, const Stream& stream,
+NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                     DType out_dtype, Quantizer& quantizer, Usage usages, const Stream& stream,
                                      const AmaxReducer& reduce) {
-  if (!norm_quantize_fusable(x, gamma, beta, out_dtype, quantizer))
-    return norm_forward_then_quantize(kind, x, gamma, beta, eps, out_dtype, quantizer, stream, reduce);
+  if (!norm_quantize_fusable(x, gamma, beta, out_dtype, quantizer, usages))
+    return norm_forward_then_quantize(kind, x, gamma, beta, eps, out_dtype, quantizer, usages, stream, reduce);
 #if TE_WITH_CUDA
   // Validate exactly as the plain forward does (shapes, dtypes, devices), using a zero-size stand-in output.
   const int64_t H = x.size(-1), M = x.numel() / H;
@@ -97,7 +98,7 @@ NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tenso
   cuda::norm_quantize_forward(a, stream);
   return r;
 #else
-  return norm_forward_then_quantize(kind, x, gamma, beta, eps, out_dtype, quantizer, stream, reduce);
+  return norm_forward_then_quantize(kind, x, gamma, beta, eps, out_dtype, quantizer, usages, stream, reduce);
 #endif
 }
 

@@ -2,9 +2,9 @@
 //
 // The caller decides whether to quantize (e.g. when the sequence-parallel gather can move quantized data) and
 // passes the Quantizer; the norm never assumes it may. Shapes and dtypes are those of ops/norm/norm.h; the
-// QuantizedTensor has logical shape x.shape(), original dtype `out_dtype`, and the usages of quantizer.usages().
+// QuantizedTensor has logical shape x.shape(), original dtype `out_dtype`, and the copies `usages` names.
 //
-// Result bytes always equal norm_forward(..., out_dtype) followed by quantizer.quantize(): the high-precision
+// Result bytes always equal norm_forward(..., out_dtype) followed by quantizer.quantize(usages): the high-precision
 // value is rounded to out_dtype before it is quantized, exactly as the unfused path stores and re-reads it.
 // A fused CUDA kernel handles FP8 block-1D row-wise output (one pass over x, no high-precision round trip
 // through memory); every other configuration runs norm then Quantizer::quantize.
@@ -17,24 +17,24 @@
 namespace te {
 
 struct NormQuantized {
-  QuantizedTensor out;  // quantizer.usages() copies of norm(x) [..., H]
+  QuantizedTensor out;  // the `usages` copies of norm(x) [..., H]
   Tensor mean;          // [M] f32 (undefined for RMSNorm)
   Tensor rstd;          // [M] f32
   bool fused = false;   // true when the fused kernel produced `out`
 };
 
 // `reduce` is handed to Quantizer::quantize (per-tensor amax across a group) on the unfused path.
-NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     float eps, DType out_dtype, Quantizer& quantizer,
+NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                     DType out_dtype, Quantizer& quantizer, Usage usages,
                                      const Stream& stream = Stream(), const AmaxReducer& reduce = {});
 
 // Whether norm_forward_quantized would use the fused kernel for this configuration.
 bool norm_quantize_fusable(const Tensor& x, const Tensor& gamma, const Tensor& beta, DType out_dtype,
-                           const Quantizer& quantizer);
+                           const Quantizer& quantizer, Usage usages);
 
 // The unfused path on purpose (norm, then quantize): the baseline the fused kernel is compared and timed against.
 NormQuantized norm_forward_then_quantize(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         float eps, DType out_dtype, Quantizer& quantizer,
+                                         float eps, DType out_dtype, Quantizer& quantizer, Usage usages,
                                          const Stream& stream = Stream(), const AmaxReducer& reduce = {});
 
 }  // namespace te

@@ -39,7 +39,7 @@ bool collapse_2d(const Tensor& x, QuantInput& in) {
 
 }  // namespace
 
-Quantizer::Quantizer(QuantizerConfig config, Usage usages) : config_(config), usages_(usages) {
+Quantizer::Quantizer(QuantizerConfig config) : config_(config) {
   const QuantFormat f = config_.format;
   if (is_fp4_format(f)) {
     config_.data_dtype = DType::fp4_e2m1;
@@ -86,31 +86,31 @@ void Quantizer::ensure_delayed_state(Device device, const Stream& stream) {
   history_count_ = Tensor::zeros({1}, DType::i64, device, stream);
 }
 
-QuantizedTensor Quantizer::quantize(const Tensor& x, const Stream& stream, const AmaxReducer& reduce) {
-  return quantize_impl(x, stream, reduce, QuantPreAct::none);
+QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce) {
+  return quantize_impl(x, usages, stream, reduce, QuantPreAct::none);
 }
 
 bool Quantizer::can_fuse_activation(const Tensor& x) const {
   const QuantFormat f = config_.format;
-  return (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && usages_ == Usage::rowwise && x.defined() &&
-         x.device().is_cuda() && (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && x.dim() >= 1 &&
-         x.is_contiguous() && x.size(x.dim() - 1) % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
+  return (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && x.defined() && x.device().is_cuda() &&
+         (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && x.dim() >= 1 && x.is_contiguous() &&
+         x.size(x.dim() - 1) % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
 }
 
 QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream,
                                                Tensor* act_out) {
   TE_CHECK(can_fuse_activation(x), "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
-  return quantize_impl(x, stream, {}, act, act_out);
+  return quantize_impl(x, Usage::rowwise, stream, {}, act, act_out);
 }
 
-QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, const Stream& stream, const AmaxReducer& reduce,
-                                         QuantPreAct act, Tensor* act_out) {
+QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const Stream& stream,
+                                         const AmaxReducer& reduce, QuantPreAct act, Tensor* act_out) {
   const QuantFormat f = config_.format;
   TE_CHECK_HINT(x_in.defined() && x_in.dim() >= 1 && is_high_precision(x_in.dtype()),
                 "quantize " << quant_format_name(f) << ": input " << (x_in.defined() ? x_in.str() : "undefined")
                             << " must be an f32/bf16/f16 tensor of at least one dim",
                 "cast the input to bf16/f16/f32 first");
-  TE_CHECK(usages_ != Usage::none, "quantize " << quant_format_name(f) << ": no usage requested for " << x_in.str());
+  TE_CHECK(usages != Usage::none, "quantize " << quant_format_name(f) << ": no usage requested for " << x_in.str());
   QuantInput in;
   Tensor x = x_in;
   if (!collapse_2d(x, in)) {  // leading dims that no single stride describes: one copy makes them contiguous
@@ -125,8 +125,8 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, const Stream& strea
   QuantParams p;
   p.format = f;
   p.data_dtype = config_.data_dtype;
-  p.rowwise = has_usage(usages_, Usage::rowwise);
-  p.columnwise = has_usage(usages_, Usage::columnwise);
+  p.rowwise = has_usage(usages, Usage::rowwise);
+  p.columnwise = has_usage(usages, Usage::columnwise);
   p.pow2 = config_.pow2_scales;
   p.eps = config_.eps;
   p.rht = config_.random_hadamard;

@@ -1,7 +1,7 @@
-// Quantizer = format + parameters + usages. It answers can_gather_quantized(local_shape, usages) per
-// docs/NUMERICS.md §4 and turns high-precision tensors (any shape, any strides, f32/bf16/f16) into
-// QuantizedTensors, producing every requested usage in one pass. CPU reference and CUDA kernels are reached
-// through one dispatch table keyed by (format, device).
+// Quantizer = format + parameters (+ delayed-scaling state); each call names the usages it wants. It answers
+// can_gather_quantized(local_shape, usages) per docs/NUMERICS.md §4 and turns high-precision tensors (any shape, any
+// strides, f32/bf16/f16) into QuantizedTensors, producing every requested usage in one pass. CPU reference and CUDA
+// kernels are reached through one dispatch table keyed by (format, device).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -36,22 +36,21 @@ using AmaxReducer = std::function<void(Tensor& amax, const Stream& stream)>;
 
 class Quantizer {
  public:
-  Quantizer(QuantizerConfig config, Usage usages);
+  explicit Quantizer(QuantizerConfig config);
   const QuantizerConfig& config() const { return config_; }
-  Usage usages() const { return usages_; }
-  void set_usages(Usage u) { usages_ = u; }
 
   // §4: can a local shard of this shape, quantized on its own rank, be gathered along dim 0 and equal quantizing
   // the gathered tensor? Row-wise 1D: always. Column-wise or 2D: local M a multiple of the block. Per-tensor: yes.
   bool can_gather_quantized(const Shape& local_shape, Usage usages) const;
 
-  // Quantize `x` for usages(). Per-tensor current scaling and NVFP4 compute amax first, pass it through `reduce`
-  // (when given) so every rank uses one scale, then cast. Delayed scaling uses the stored scale and folds max|x|
-  // into the step amax.
-  QuantizedTensor quantize(const Tensor& x, const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+  // Quantize `x` into the copies `usages` names (one pass for both). Per-tensor current scaling and NVFP4 compute amax
+  // first, pass it through `reduce` (when given) so every rank uses one scale, then cast. Delayed scaling uses the
+  // stored scale and folds max|x| into the step amax.
+  QuantizedTensor quantize(const Tensor& x, Usage usages, const Stream& stream = Stream(),
+                           const AmaxReducer& reduce = {});
 
-  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype) in one pass over x. Available
-  // for row-wise-only FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
+  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype, rowwise) in one pass over x.
+  // Available for FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
   // (can_fuse_activation); callers fall back to act then quantize() otherwise. With `act_out`, the same pass also
   // writes act(x) in x's dtype there (a new tensor of x's shape): the bytes act_forward would have written.
   bool can_fuse_activation(const Tensor& x) const;
@@ -67,10 +66,9 @@ class Quantizer {
 
  private:
   QuantizerConfig config_;
-  Usage usages_;
   void ensure_delayed_state(Device device, const Stream& stream);
-  QuantizedTensor quantize_impl(const Tensor& x, const Stream& stream, const AmaxReducer& reduce, QuantPreAct act,
-                                Tensor* act_out = nullptr);
+  QuantizedTensor quantize_impl(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce,
+                                QuantPreAct act, Tensor* act_out = nullptr);
   Tensor scale_, amax_history_, step_amax_;
   Tensor history_count_;  // i64 [1]: amaxes pushed so far (the next history slot is count % len)
 };

@@ -152,16 +152,15 @@ void run_case(const GatherCase& c) {
     const int r = comm.rank();
     Stream s = Stream::create(dev);
     Tensor shard = x.narrow(0, r * c.local_m, c.local_m);  // [M_l, K], a view of the global tensor
-    Quantizer q(qc, c.usages);
+    Quantizer q(qc);
     GatherInput in = shard;
     if (c.input == InputKind::quantized) {
-      outs[r].local_input = q.quantize(shard, s, amax_reducer(comm));
+      outs[r].local_input = q.quantize(shard, c.usages, s, amax_reducer(comm));
       in = outs[r].local_input;
     }
     const bool async = c.input == InputKind::hp_strided;
     GatherResult g = gather_along_first_dim(in, comm, &q, c.usages, async, s);
     if (async) g.work.wait();
-    EXPECT_EQ(q.usages(), c.usages) << "the quantizer's usages must be restored";
     outs[r].qt = g.quantized();
     outs[r].plan = g.plan;
     outs[r].quantized_bytes = g.quantized_bytes;
@@ -172,14 +171,14 @@ void run_case(const GatherCase& c) {
 
   // Reference: one rank quantizes the concatenation. Usages gathered by the fallback from an already-quantized
   // input see the dequantized shards (the documented dequantize-first rule).
-  Quantizer qref(qc, c.usages);
-  const QuantizedTensor ref = qref.quantize(x);
+  Quantizer qref(qc);
+  const QuantizedTensor ref = qref.quantize(x, c.usages);
   QuantizedTensor ref_deq;
   if (c.input == InputKind::quantized && W > 1) {
     Tensor cat = Tensor::empty({M, K}, DType::bf16, dev);
     for (int r = 0; r < W; ++r) cat.narrow(0, r * c.local_m, c.local_m).copy_from(outs[r].local_input.dequantize());
-    Quantizer qd(qc, c.usages);
-    ref_deq = qd.quantize(cat);
+    Quantizer qd(qc);
+    ref_deq = qd.quantize(cat, c.usages);
   }
 
   const double numel = static_cast<double>(M) * static_cast<double>(K);
@@ -275,7 +274,7 @@ TEST(GatherPlan, NamesTheReasonAndLogsOncePerCallSite) {
   LogSink prev = set_log_sink([&](LogLevel, const std::string& m) { lines.push_back(m); });
   auto comms = make_local_group(2, {Device::cpu(), 20s});
   run_ranks(comms, [&](Communicator& comm) {
-    Quantizer q(formats()[2].config, Usage::both);
+    Quantizer q(formats()[2].config);
     Tensor x = Tensor::zeros({250, 128}, DType::bf16);
     for (int i = 0; i < 3; ++i) {  // one call site, three calls
       GatherResult g = gather_along_first_dim(x, comm, &q, Usage::both, false);
@@ -290,8 +289,7 @@ TEST(GatherPlan, NamesTheReasonAndLogsOncePerCallSite) {
 }
 
 TEST(GatherPlan, FollowsSection4) {
-  Quantizer b1(formats()[2].config, Usage::both), b2(formats()[3].config, Usage::both), mx(formats()[4].config,
-                                                                                            Usage::both);
+  Quantizer b1(formats()[2].config), b2(formats()[3].config), mx(formats()[4].config);
   EXPECT_EQ(plan_gather({250, 4096}, &b1, Usage::rowwise, 4).rowwise.path, GatherRoute::quantized);
   EXPECT_EQ(plan_gather({250, 4096}, &b2, Usage::rowwise, 4).rowwise.path, GatherRoute::fallback);
   EXPECT_EQ(plan_gather({256, 100}, &b2, Usage::both, 4).columnwise.path, GatherRoute::quantized);
@@ -325,9 +323,9 @@ TEST(GatherQuantizedInput, FallbackWithoutAQuantizerIsAClearError) {
   auto comms = make_local_group(2, {Device::cpu(), 20s});
   EXPECT_THROW(run_ranks(comms,
                          [&](Communicator& comm) {
-                           Quantizer q(formats()[2].config, Usage::columnwise);
+                           Quantizer q(formats()[2].config);
                            Tensor x = Tensor::zeros({100, 128}, DType::bf16);
-                           QuantizedTensor qt = q.quantize(x);
+                           QuantizedTensor qt = q.quantize(x, Usage::columnwise);
                            gather_along_first_dim(qt, comm, nullptr, Usage::columnwise, false);
                          }),
                Error);

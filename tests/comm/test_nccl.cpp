@@ -36,7 +36,7 @@ TEST(Nccl, WorldSizeOneCollectives) {
   Tensor rs = Tensor::empty({2, 2}, DType::bf16, Device::cuda(0));
   comm->reduce_scatter(x, rs, ReduceOp::sum, s).wait();
   EXPECT_EQ(rs.to_f32_vector(s), (std::vector<float>{1, 2, 3, 4}));
-  Quantizer q(QuantizerConfig{}, Usage::both);
+  Quantizer q(QuantizerConfig{});
   GatherResult r = gather_along_first_dim(x, *comm, &q, Usage::both, false, s);
   EXPECT_EQ(r.plan.rowwise.path, GatherRoute::local);
   EXPECT_EQ(r.quantized().shape, (Shape{2, 2}));
@@ -55,14 +55,14 @@ TEST(Nccl, AllGpusOfOneProcessGatherExactly) {
   qc.pow2_scales = true;
   Tensor x = Tensor::empty({n * Ml, K}, DType::bf16);
   x.fill_normal(5);
-  Quantizer qref(qc, Usage::both);
-  QuantizedTensor ref = qref.quantize(x);
+  Quantizer qref(qc);
+  QuantizedTensor ref = qref.quantize(x, Usage::both);
   std::vector<QuantizedTensor> got(n);
   std::vector<std::vector<float>> sums(n);
   run_ranks(comms, [&](Communicator& c) {
     Stream s = Stream::create(c.device());
     Tensor shard = x.narrow(0, c.rank() * Ml, Ml).to(c.device(), s);
-    Quantizer q(qc, Usage::both);
+    Quantizer q(qc);
     GatherResult r = gather_along_first_dim(shard, c, &q, Usage::both, true, s);
     r.work.wait();
     EXPECT_EQ(r.plan.columnwise.path, GatherRoute::quantized);

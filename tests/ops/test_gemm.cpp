@@ -192,8 +192,8 @@ QuantizedTensor quantize(const Tensor& x, QuantFormat f, DType dt) {
   cfg.format = f;
   cfg.data_dtype = dt;
   cfg.pow2_scales = f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d;
-  Quantizer q(cfg, Usage::both);
-  return q.quantize(x);
+  Quantizer q(cfg);
+  return q.quantize(x, Usage::both);
 }
 
 QuantizedTensor to_device(QuantizedTensor q, Device dev) {
@@ -315,9 +315,9 @@ TEST(Gemm, MissingUsageIsAClearError) {
   Tensor x = test::random_2d(32, 64, DType::bf16, 1, Device::cpu(), Layout::contiguous);
   QuantizerConfig cfg;
   cfg.format = QuantFormat::fp8_per_tensor;
-  QuantizedTensor rowwise_only = Quantizer(cfg, Usage::rowwise).quantize(x);
+  QuantizedTensor rowwise_only = Quantizer(cfg).quantize(x, Usage::rowwise);
   Tensor dy = test::random_2d(32, 16, DType::bf16, 2, Device::cpu(), Layout::contiguous);
-  QuantizedTensor qdy = Quantizer(cfg, Usage::both).quantize(dy);
+  QuantizedTensor qdy = Quantizer(cfg).quantize(dy, Usage::both);
   GemmContext ctx;
   try {
     gemm(qdy, rowwise_only, GemmRole::wgrad, {}, ctx);  // wgrad reads x column-wise

@@ -40,7 +40,7 @@ QuantizedTensor quantize_on(const Tensor& t, QuantFormat f, DType dt, Device dev
   cfg.format = f;
   cfg.data_dtype = dt;
   cfg.pow2_scales = f != QuantFormat::fp8_per_tensor;
-  return Quantizer(cfg, Usage::rowwise).quantize(t.to(dev));
+  return Quantizer(cfg).quantize(t.to(dev), Usage::rowwise);
 }
 
 // f64 fprop of the dequantized row-wise copies: alpha · x·Wᵀ + bias + c0.
@@ -132,8 +132,8 @@ TEST(GemmStreamingRoles, DgradMatchesCublasLt) {
   QuantizerConfig cg, cw;
   cg.format = cw.format = QuantFormat::fp8_per_tensor;
   cg.data_dtype = DType::fp8_e5m2;
-  const QuantizedTensor qdy = Quantizer(cg, Usage::rowwise).quantize(dy.to(gpu));
-  const QuantizedTensor qw = Quantizer(cw, Usage::both).quantize(w.to(gpu));
+  const QuantizedTensor qdy = Quantizer(cg).quantize(dy.to(gpu), Usage::rowwise);
+  const QuantizedTensor qw = Quantizer(cw).quantize(w.to(gpu), Usage::both);
   GemmContext ctx(gpu);
   GemmOptions opts = forced_streaming();
   const Tensor got = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);

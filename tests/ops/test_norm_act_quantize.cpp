@@ -116,9 +116,9 @@ TEST_P(NormQuantizeTest, FusedCudaKernelEqualsNormThenQuantize) {
   TE_REQUIRE_GPU();
   const NqCase& c = GetParam();
   const Inputs in = make(Device::cuda(0));
-  Quantizer q(block_config(c.fp8, c.pow2), Usage::rowwise);
-  ASSERT_TRUE(norm_quantize_fusable(in.x, in.gamma, in.beta, c.tout, q));
-  const NormQuantized r = norm_forward_quantized(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q);
+  Quantizer q(block_config(c.fp8, c.pow2));
+  ASSERT_TRUE(norm_quantize_fusable(in.x, in.gamma, in.beta, c.tout, q, Usage::rowwise));
+  const NormQuantized r = norm_forward_quantized(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q, Usage::rowwise);
   EXPECT_TRUE(r.fused);
   expect_matches_plain(r, in);
 }
@@ -128,9 +128,10 @@ TEST_P(NormQuantizeTest, FusedCudaKernelEqualsUnfusedQuantizerPath) {
   TE_REQUIRE_GPU();
   const NqCase& c = GetParam();
   const Inputs in = make(Device::cuda(0));
-  Quantizer q(block_config(c.fp8, c.pow2), Usage::rowwise);
-  const NormQuantized fused = norm_forward_quantized(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q);
-  const NormQuantized plain = norm_forward_then_quantize(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q);
+  Quantizer q(block_config(c.fp8, c.pow2));
+  const NormQuantized fused = norm_forward_quantized(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q, Usage::rowwise);
+  const NormQuantized plain =
+      norm_forward_then_quantize(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q, Usage::rowwise);
   EXPECT_FALSE(plain.fused);
   EXPECT_EQ(bytes_of(fused.out.rowwise_data), bytes_of(plain.out.rowwise_data));
   EXPECT_EQ(bytes_of(fused.out.rowwise_scale_inv), bytes_of(plain.out.rowwise_scale_inv));
@@ -139,8 +140,8 @@ TEST_P(NormQuantizeTest, FusedCudaKernelEqualsUnfusedQuantizerPath) {
 TEST_P(NormQuantizeTest, CpuPathEqualsNormThenBlockQuantize) {
   const NqCase& c = GetParam();
   const Inputs in = make(Device::cpu());
-  Quantizer q(block_config(c.fp8, c.pow2), Usage::rowwise);
-  const NormQuantized r = norm_forward_quantized(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q);
+  Quantizer q(block_config(c.fp8, c.pow2));
+  const NormQuantized r = norm_forward_quantized(c.kind, in.x, in.gamma, in.beta, 1e-5f, c.tout, q, Usage::rowwise);
   EXPECT_FALSE(r.fused);
   expect_matches_plain(r, in);
 }
@@ -156,8 +157,9 @@ TEST(NormQuantize, BothUsagesFallBackAndMatch) {
     const Tensor x = random_2d(M, H, DType::bf16, 8, dev, Layout::col_slice);
     Tensor g = Tensor::empty({H}, DType::bf16, dev);
     g.fill_normal(9, 1.f, 0.2f);
-    Quantizer q(block_config(DType::fp8_e4m3, true), Usage::both);
-    const NormQuantized r = norm_forward_quantized(NormKind::rmsnorm, x, g, Tensor(), 1e-5f, DType::bf16, q);
+    Quantizer q(block_config(DType::fp8_e4m3, true));
+    const NormQuantized r =
+        norm_forward_quantized(NormKind::rmsnorm, x, g, Tensor(), 1e-5f, DType::bf16, q, Usage::both);
     EXPECT_FALSE(r.fused);
     const auto y = norm_forward(NormKind::rmsnorm, x, g, Tensor(), 1e-5f, DType::bf16).out.to_f32_vector();
     EXPECT_EQ(bytes_of(r.out.rowwise_data), quantize_block_1d(y, M, H, DType::bf16, DType::fp8_e4m3, true).data);
@@ -177,8 +179,8 @@ TEST(ActQuantize, RowAndColumnwiseEqualActThenBlockQuantize) {
     for (ActKind k : {ActKind::gelu, ActKind::swiglu, ActKind::relu}) {
       const int64_t M = 131, F = 200, in = k == ActKind::swiglu ? 2 * F : F;
       const Tensor x = random_2d(M, in, DType::bf16, 10, dev, Layout::contiguous, 2.f);
-      Quantizer q(block_config(DType::fp8_e4m3, true), Usage::both);
-      const QuantizedTensor r = act_forward_quantized(k, x, DType::bf16, q);
+      Quantizer q(block_config(DType::fp8_e4m3, true));
+      const QuantizedTensor r = act_forward_quantized(k, x, DType::bf16, q, Usage::both);
       const auto y = act_forward(k, x, DType::bf16).to_f32_vector();
       const Block1D row = quantize_block_1d(y, M, F, DType::bf16, DType::fp8_e4m3, true);
       EXPECT_EQ(bytes_of(r.rowwise_data), row.data) << act_kind_name(k);
@@ -213,13 +215,13 @@ TEST(ActQuantize, FusedRowwiseEqualsActThenQuantizeOnGpu) {
       for (ActKind k : {ActKind::gelu, ActKind::relu}) {
         for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 200}, {1024, 4096}}) {
           const Tensor x = activation_input(M, F, dt);
-          Quantizer fused(cfg, Usage::rowwise), plain(cfg, Usage::rowwise);
+          Quantizer fused(cfg), plain(cfg);
           ASSERT_TRUE(fused.can_fuse_activation(x));
           Tensor kept;
-          const QuantizedTensor a = act_forward_quantized(k, x, dt, fused);
-          const QuantizedTensor a_kept = act_forward_quantized(k, x, dt, fused, Stream(), {}, &kept);
+          const QuantizedTensor a = act_forward_quantized(k, x, dt, fused, Usage::rowwise);
+          const QuantizedTensor a_kept = act_forward_quantized(k, x, dt, fused, Usage::rowwise, Stream(), {}, &kept);
           const Tensor y = act_forward(k, x, dt);
-          const QuantizedTensor b = plain.quantize(y);
+          const QuantizedTensor b = plain.quantize(y, Usage::rowwise);
           const std::string what = std::string(quant_format_name(f)) + " " + std::string(act_kind_name(k)) + " " +
                                    std::string(dtype_name(dt)) + " " + std::to_string(M) + "x" + std::to_string(F);
           EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;

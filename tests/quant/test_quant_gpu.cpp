@@ -32,9 +32,9 @@ TEST_P(QuantGpu, CudaEqualsCpuReference) {
   const auto& [fi, shape, dtype, usages] = GetParam();
   const qtest::FormatCase fc = qtest::format_cases()[fi];
   Tensor x = qtest::make_input(shape, dtype, 11 + fi, /*specials=*/true);
-  Quantizer qc(fc.cfg, usages), qg(fc.cfg, usages);
-  const QuantizedTensor cpu = qc.quantize(x);
-  const QuantizedTensor gpu = qg.quantize(x.to(Device::cuda()));
+  Quantizer qc(fc.cfg), qg(fc.cfg);
+  const QuantizedTensor cpu = qc.quantize(x, usages);
+  const QuantizedTensor gpu = qg.quantize(x.to(Device::cuda()), usages);
   expect_same(cpu, gpu, fc.name);
 }
 
@@ -60,13 +60,13 @@ INSTANTIATE_TEST_SUITE_P(Large, QuantGpu,
 TEST(QuantGpuMisc, StridedInputsMatchCpu) {
   TE_REQUIRE_GPU();
   for (const auto& fc : qtest::format_cases()) {
-    Quantizer q(fc.cfg, Usage::both);
+    Quantizer q(fc.cfg);
     for (DType dt : {DType::bf16, DType::f32}) {
       Tensor base = qtest::make_input({300, 264}, dt, 3, true).to(Device::cuda());
       Tensor b3 = qtest::make_input({6, 40, 136}, dt, 4, true).to(Device::cuda());
       for (const Tensor& view : {base.transpose(0, 1), base.slice(1, 0, 264, 2), b3.transpose(0, 1), base.narrow(0, 1, 257)}) {
-        const QuantizedTensor gpu = q.quantize(view);
-        const QuantizedTensor cpu = q.quantize(view.to(Device::cpu()));
+        const QuantizedTensor gpu = q.quantize(view, Usage::both);
+        const QuantizedTensor cpu = q.quantize(view.to(Device::cpu()), Usage::both);
         expect_same(cpu, gpu, std::string(fc.name) + " " + view.str());
       }
     }
@@ -78,10 +78,11 @@ TEST(QuantGpuMisc, DelayedScalingOnDevice) {
   QuantizerConfig c = qtest::cfg_of(QuantFormat::fp8_per_tensor);
   c.scaling = ScalingKind::delayed;
   c.amax_history_len = 3;
-  Quantizer qc(c, Usage::both), qg(c, Usage::both);
+  Quantizer qc(c), qg(c);
   for (int step = 0; step < 5; ++step) {
     Tensor x = qtest::make_input({64, 48}, DType::bf16, 100 + step, false);
-    expect_same(qc.quantize(x), qg.quantize(x.to(Device::cuda())), "step " + std::to_string(step));
+    expect_same(qc.quantize(x, Usage::both), qg.quantize(x.to(Device::cuda()), Usage::both),
+                "step " + std::to_string(step));
     qc.update_scale_after_step();
     qg.update_scale_after_step();
     EXPECT_EQ(qtest::bytes(qg.scale()), qtest::bytes(qc.scale()));
@@ -92,9 +93,9 @@ TEST(QuantGpuMisc, DelayedScalingOnDevice) {
 TEST(QuantGpuMisc, EmptyTensor) {
   TE_REQUIRE_GPU();
   for (const auto& fc : qtest::format_cases()) {
-    Quantizer q(fc.cfg, Usage::both);
+    Quantizer q(fc.cfg);
     Tensor x = Tensor::zeros({0, 48}, DType::bf16);
-    expect_same(q.quantize(x), q.quantize(x.to(Device::cuda())), fc.name);
+    expect_same(q.quantize(x, Usage::both), q.quantize(x.to(Device::cuda()), Usage::both), fc.name);
   }
 }
 

@@ -23,8 +23,8 @@ TEST_P(QuantOracle, BytesMatchIndependentOracle) {
   std::vector<float> X;
   Tensor x = qtest::make_input(shape, dtype, 7 + fi, /*specials=*/!rht_case, &X);
   const int64_t K = shape.back(), M = shape_numel(shape) / std::max<int64_t>(K, 1);
-  Quantizer q(fc.cfg, usages);
-  QuantizedTensor qt = q.quantize(x);
+  Quantizer q(fc.cfg);
+  QuantizedTensor qt = q.quantize(x, usages);
   const oracle::Expected ex = oracle::quantize(X, M, K, dtype, fc.cfg, usages);
   if (has_usage(usages, Usage::rowwise)) {
     EXPECT_EQ(qtest::bytes(qt.rowwise_data), ex.row.data) << fc.name << " row-wise data";
@@ -70,8 +70,8 @@ TEST_P(QuantRoundTrip, DequantizeWithinFormatBound) {
   const qtest::FormatCase fc = qtest::format_cases()[fi];
   std::vector<float> X;
   Tensor x = qtest::make_input(shape, DType::f32, 99, false, &X);
-  Quantizer q(fc.cfg, Usage::both);
-  QuantizedTensor qt = q.quantize(x);
+  Quantizer q(fc.cfg);
+  QuantizedTensor qt = q.quantize(x, Usage::both);
   const QuantFormat f = fc.cfg.format;
   const bool fp4 = f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d;
   // Per-element relative error of the element format (half an ulp), and what survives a per-tensor scale over

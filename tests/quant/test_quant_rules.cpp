@@ -19,18 +19,18 @@ uint8_t byte_at(const Tensor& t, int64_t i) { return qtest::bytes(t)[i]; }
 
 TEST(QuantRules, PerTensorCurrentScaling) {
   Tensor x = Tensor::from_f32({1.f, -2.f, 0.5f, NAN}, {2, 2}, DType::f32);
-  Quantizer q(qtest::cfg_of(QuantFormat::fp8_per_tensor), Usage::both);
-  QuantizedTensor qt = q.quantize(x);
+  Quantizer q(qtest::cfg_of(QuantFormat::fp8_per_tensor));
+  QuantizedTensor qt = q.quantize(x, Usage::both);
   EXPECT_EQ(f32_at(qt.rowwise_amax, 0), 2.f);                  // NaN ignored
   EXPECT_EQ(f32_at(qt.rowwise_scale_inv, 0), 1.f / 224.f);     // 448 / 2 = 224
   EXPECT_EQ(byte_at(qt.rowwise_data, 1), 0xFE);                // -2 * 224 = -448
   EXPECT_EQ(byte_at(qt.rowwise_data, 3), 0x7F);                // NaN stays NaN
   EXPECT_EQ(byte_at(qt.columnwise_data, 1), byte_at(qt.rowwise_data, 2));  // [K, M] byte transpose
   // An AmaxReducer sees the amax before the cast and its result decides the scale.
-  QuantizedTensor red = q.quantize(x, Stream(), [](Tensor& a, const Stream&) { a.fill(4.0); });
+  QuantizedTensor red = q.quantize(x, Usage::both, Stream(), [](Tensor& a, const Stream&) { a.fill(4.0); });
   EXPECT_EQ(f32_at(red.rowwise_scale_inv, 0), 1.f / 112.f);
   // All-zero tensor: scale 1.
-  QuantizedTensor z = q.quantize(Tensor::zeros({3, 3}, DType::bf16));
+  QuantizedTensor z = q.quantize(Tensor::zeros({3, 3}, DType::bf16), Usage::both);
   EXPECT_EQ(f32_at(z.rowwise_scale_inv, 0), 1.f);
 }
 
@@ -42,8 +42,8 @@ TEST(QuantRules, BlockScalesHandComputed) {
   v[2 * 128 + 1] = INFINITY;
   v[2 * 128 + 2] = -2.f;
   Tensor x = Tensor::from_f32(v, {3, 128}, DType::bf16);
-  Quantizer q(qtest::cfg_of(QuantFormat::fp8_block_1d, DType::fp8_e4m3, true), Usage::rowwise);
-  QuantizedTensor qt = q.quantize(x);
+  Quantizer q(qtest::cfg_of(QuantFormat::fp8_block_1d, DType::fp8_e4m3, true));
+  QuantizedTensor qt = q.quantize(x, Usage::rowwise);
   ASSERT_EQ(qt.rowwise_scale_inv.shape(), (Shape{1, 4}));  // [ceil(K/128)][round4(M)]
   const std::vector<float> s = qt.rowwise_scale_inv.to_f32_vector();
   EXPECT_EQ(s, (std::vector<float>{1.f / 128, 1.f, 1.f, 0.f}));  // last entry is padding
@@ -55,8 +55,9 @@ TEST(QuantRules, BlockScalesHandComputed) {
   // Without pow2, value_for_inf = max finite of the input dtype when 448/amax overflows (amax subnormal).
   std::vector<float> tiny(128, 0.f);
   tiny[0] = 1e-40f;
-  Quantizer q32(qtest::cfg_of(QuantFormat::fp8_block_1d), Usage::rowwise);
-  EXPECT_EQ(f32_at(q32.quantize(Tensor::from_f32(tiny, {1, 128}, DType::f32)).rowwise_scale_inv, 0), 1.f / FLT_MAX);
+  Quantizer q32(qtest::cfg_of(QuantFormat::fp8_block_1d));
+  EXPECT_EQ(f32_at(q32.quantize(Tensor::from_f32(tiny, {1, 128}, DType::f32), Usage::rowwise).rowwise_scale_inv, 0),
+            1.f / FLT_MAX);
 }
 
 TEST(QuantRules, Mxfp8AndNvfp4ScalesHandComputed) {
@@ -64,8 +65,8 @@ TEST(QuantRules, Mxfp8AndNvfp4ScalesHandComputed) {
   std::vector<float> v(2 * 32, 0.f);
   v[3] = 1.f;
   v[32] = 448.f;
-  Quantizer mx(qtest::cfg_of(QuantFormat::mxfp8), Usage::rowwise);
-  QuantizedTensor m = mx.quantize(Tensor::from_f32(v, {2, 32}, DType::f32));
+  Quantizer mx(qtest::cfg_of(QuantFormat::mxfp8));
+  QuantizedTensor m = mx.quantize(Tensor::from_f32(v, {2, 32}, DType::f32), Usage::rowwise);
   EXPECT_EQ(qtest::bytes(m.rowwise_scale_inv), (std::vector<uint8_t>{119, 127}));
   EXPECT_EQ(mxfp8_scale_byte(448.f, 448.f), 127);  // fl(1/448) * 448 rounds to exactly 1 in f32
   EXPECT_EQ(qtest::bytes(m.rowwise_data)[3], e4m3_from_f32(256.f));  // 1 * 2^(127-119)
@@ -74,8 +75,8 @@ TEST(QuantRules, Mxfp8AndNvfp4ScalesHandComputed) {
   w[0] = 6.f;
   w[1] = -1.5f;
   w[16] = 2688.f;
-  Quantizer nv(qtest::cfg_of(QuantFormat::nvfp4_1d), Usage::rowwise);
-  QuantizedTensor n = nv.quantize(Tensor::from_f32(w, {1, 32}, DType::f32));
+  Quantizer nv(qtest::cfg_of(QuantFormat::nvfp4_1d));
+  QuantizedTensor n = nv.quantize(Tensor::from_f32(w, {1, 32}, DType::f32), Usage::rowwise);
   EXPECT_EQ(f32_at(n.rowwise_amax, 0), 2688.f);
   EXPECT_EQ(qtest::bytes(n.rowwise_scale_inv), (std::vector<uint8_t>{0x38, 0x7E}));
   const std::vector<uint8_t> d = qtest::bytes(n.rowwise_data);
@@ -83,7 +84,7 @@ TEST(QuantRules, Mxfp8AndNvfp4ScalesHandComputed) {
   EXPECT_EQ(d[8], 0x07);  // 2688 / 448 = 6
   // Odd K: the missing last nibble of each row is zero.
   Tensor odd = Tensor::from_f32({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3}, DType::f32);
-  QuantizedTensor o = nv.quantize(odd);
+  QuantizedTensor o = nv.quantize(odd, Usage::rowwise);
   EXPECT_EQ(o.rowwise_data.shape(), (Shape{2, 4}));
   for (int r = 0; r < 2; ++r) EXPECT_EQ(qtest::bytes(o.rowwise_data)[r * 2 + 1] & 0xF0, 0);
 }
@@ -92,9 +93,9 @@ TEST(QuantRules, DelayedScalingHistory) {
   QuantizerConfig c = qtest::cfg_of(QuantFormat::fp8_per_tensor);
   c.scaling = ScalingKind::delayed;
   c.amax_history_len = 2;
-  Quantizer q(c, Usage::rowwise);
+  Quantizer q(c);
   auto step = [&](float a) {
-    QuantizedTensor qt = q.quantize(Tensor::from_f32({a, -a / 2}, {1, 2}, DType::f32));
+    QuantizedTensor qt = q.quantize(Tensor::from_f32({a, -a / 2}, {1, 2}, DType::f32), Usage::rowwise);
     q.update_scale_after_step();
     return f32_at(qt.rowwise_scale_inv, 0);  // the scale used during the step
   };
@@ -110,8 +111,8 @@ TEST(QuantRules, DelayedScalingHistory) {
   EXPECT_EQ(f32_at(q.scale(), 0), 224.f);
   EXPECT_EQ(q.amax_history().to_f32_vector(), (std::vector<float>{2.f, 2.f}));
   // Two casts in one step fold into one step amax; the reducer sees it.
-  q.quantize(Tensor::from_f32({8.f}, {1, 1}, DType::f32));
-  q.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32));
+  q.quantize(Tensor::from_f32({8.f}, {1, 1}, DType::f32), Usage::rowwise);
+  q.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32), Usage::rowwise);
   float seen = 0;
   q.update_scale_after_step(Stream(), [&](Tensor& a, const Stream&) { seen = f32_at(a, 0); });
   EXPECT_EQ(seen, 8.f);
@@ -119,10 +120,10 @@ TEST(QuantRules, DelayedScalingHistory) {
 
   c.amax_algo = AmaxAlgo::most_recent;
   c.margin = 1;
-  Quantizer r(c, Usage::rowwise);
-  r.quantize(Tensor::from_f32({4.f}, {1, 1}, DType::f32));
+  Quantizer r(c);
+  r.quantize(Tensor::from_f32({4.f}, {1, 1}, DType::f32), Usage::rowwise);
   r.update_scale_after_step();
-  r.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32));
+  r.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32), Usage::rowwise);
   r.update_scale_after_step();
   EXPECT_EQ(f32_at(r.scale(), 0), 224.f);  // 448 / 2 / 1
 }
@@ -159,9 +160,9 @@ TEST(QuantRules, StochasticRoundingUnbiasedAndReproducible) {
   QuantizerConfig c = qtest::cfg_of(QuantFormat::nvfp4_1d);
   c.stochastic_rounding = true;
   c.seed = 7;
-  Quantizer q(c, Usage::rowwise);
+  Quantizer q(c);
   Tensor x = Tensor::from_f32(v, {M, 16}, DType::f32);
-  QuantizedTensor a = q.quantize(x), b = q.quantize(x);
+  QuantizedTensor a = q.quantize(x, Usage::rowwise), b = q.quantize(x, Usage::rowwise);
   EXPECT_EQ(qtest::bytes(a.rowwise_data), qtest::bytes(b.rowwise_data)) << "same seed, same bytes";
   const std::vector<float> d = a.dequantize(DType::f32).to_f32_vector();
   for (int k = 0; k < 16; ++k) {
@@ -170,8 +171,9 @@ TEST(QuantRules, StochasticRoundingUnbiasedAndReproducible) {
     EXPECT_NEAR(mean / M, row[k], 0.06) << "column " << k;
   }
   c.seed = 8;
-  Quantizer q2(c, Usage::rowwise);
-  EXPECT_NE(qtest::bytes(q2.quantize(x).rowwise_data), qtest::bytes(a.rowwise_data)) << "another seed differs";
+  Quantizer q2(c);
+  EXPECT_NE(qtest::bytes(q2.quantize(x, Usage::rowwise).rowwise_data), qtest::bytes(a.rowwise_data))
+      << "another seed differs";
 }
 
 TEST(QuantRules, CanGatherQuantizedTable) {
@@ -199,7 +201,7 @@ TEST(QuantRules, CanGatherQuantizedTable) {
       {QuantFormat::fp8_block_1d, {0, 5}, Usage::both, true},
   };
   for (const Row& r : rows) {
-    Quantizer q(qtest::cfg_of(r.f), r.u);
+    Quantizer q(qtest::cfg_of(r.f));
     EXPECT_EQ(q.can_gather_quantized(r.shape, r.u), r.expect)
         << quant_format_name(r.f) << " " << shape_str(r.shape) << " " << usage_name(r.u);
   }
@@ -207,14 +209,14 @@ TEST(QuantRules, CanGatherQuantizedTable) {
 
 TEST(QuantRules, StridedInputEqualsContiguous) {
   for (const auto& fc : qtest::format_cases()) {
-    Quantizer q(fc.cfg, Usage::both);
+    Quantizer q(fc.cfg);
     // A transposed view [M, K] with stride_k = M, and a permuted 3-D view whose leading dims do not collapse.
     Tensor base = qtest::make_input({70, 48}, DType::bf16, 5, true);
     Tensor t = base.transpose(0, 1);  // [48, 70]
     Tensor b3 = qtest::make_input({6, 4, 40}, DType::f16, 6, true);
     Tensor p = b3.transpose(0, 1);  // [4, 6, 40]
     for (const Tensor& view : {t, p, base.slice(1, 0, 48, 2)}) {
-      QuantizedTensor a = q.quantize(view), b = q.quantize(view.contiguous());
+      QuantizedTensor a = q.quantize(view, Usage::both), b = q.quantize(view.contiguous(), Usage::both);
       EXPECT_EQ(qtest::bytes(a.rowwise_data), qtest::bytes(b.rowwise_data)) << fc.name << " " << view.str();
       EXPECT_EQ(qtest::bytes(a.rowwise_scale_inv), qtest::bytes(b.rowwise_scale_inv)) << fc.name;
       EXPECT_EQ(qtest::bytes(a.columnwise_data), qtest::bytes(b.columnwise_data)) << fc.name;
@@ -226,11 +228,11 @@ TEST(QuantRules, StridedInputEqualsContiguous) {
 TEST(QuantRules, BadConfigurationsAreClearErrors) {
   QuantizerConfig c = qtest::cfg_of(QuantFormat::fp8_block_2d);
   c.random_hadamard = true;
-  EXPECT_THROW({ Quantizer bad(c, Usage::both); }, Error);
-  EXPECT_THROW({ Quantizer bad(qtest::cfg_of(QuantFormat::mxfp8, DType::bf16), Usage::both); }, Error);
-  Quantizer q(qtest::cfg_of(QuantFormat::mxfp8), Usage::rowwise);
-  EXPECT_THROW(q.quantize(Tensor::zeros({4, 4}, DType::fp8_e4m3)), Error);
-  QuantizedTensor qt = q.quantize(Tensor::zeros({4, 32}, DType::bf16));
+  EXPECT_THROW({ Quantizer bad(c); }, Error);
+  EXPECT_THROW({ Quantizer bad(qtest::cfg_of(QuantFormat::mxfp8, DType::bf16)); }, Error);
+  Quantizer q(qtest::cfg_of(QuantFormat::mxfp8));
+  EXPECT_THROW(q.quantize(Tensor::zeros({4, 4}, DType::fp8_e4m3), Usage::rowwise), Error);
+  QuantizedTensor qt = q.quantize(Tensor::zeros({4, 32}, DType::bf16), Usage::rowwise);
   EXPECT_THROW(qt.dequantize_usage(Usage::columnwise), Error);
 }
 

@@ -92,8 +92,8 @@ TEST(QuantVectors, MatchIndependentGenerator) {
       continue;
     }
     Tensor x = Tensor::from_f32(r.in, {int64_t(r.M), int64_t(r.K)}, DType::f32);
-    Quantizer q(config_for(r.kind), Usage::both);
-    QuantizedTensor qt = q.quantize(x);
+    Quantizer q(config_for(r.kind));
+    QuantizedTensor qt = q.quantize(x, Usage::both);
     std::vector<uint8_t> got;
     for (const Tensor* t : {&qt.rowwise_data, &qt.rowwise_scale_inv, &qt.columnwise_data, &qt.columnwise_scale_inv}) {
       const std::vector<uint8_t> b = qtest::bytes(*t);

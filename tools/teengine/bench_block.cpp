@@ -68,8 +68,8 @@ double gemm_floor_ms(const Bench& b, const BlockOpts& o) {
     Tensor t = Tensor::empty(s, DType::bf16, b.ctx.device, st);
     t.fill_normal(3, 0.f, 1.f, st);
     if (!qc) return GemmOperand(t);
-    Quantizer q(*qc, u);
-    return GemmOperand(q.quantize(t, st));
+    Quantizer q(*qc);
+    return GemmOperand(q.quantize(t, u, st));
   };
   std::vector<std::function<void()>> calls;
   std::vector<std::shared_ptr<Tensor>> outs;

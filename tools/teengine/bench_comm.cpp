@@ -108,8 +108,8 @@ int run_bench_comm(const CommArgs& a) {
   x.fill_normal(2024, 0.f, 1.f);
   (void)Tensor::zeros({1}, DType::f32, dev).to_f32_vector();  // the fill is done before the rank streams start
 
-  Quantizer qref(qc, usages);
-  const QuantizedTensor ref = qref.quantize(x);
+  Quantizer qref(qc);
+  const QuantizedTensor ref = qref.quantize(x, usages);
   std::vector<PathTiming> paths;
   bool valid = true;
   std::string planned_rows, planned_cols, reason;
@@ -121,7 +121,7 @@ int run_bench_comm(const CommArgs& a) {
     Stream s = Stream::create(c.device());
     Tensor shard = x.narrow(0, rank * Ml, Ml);
     if (nccl && c.size() > 1) shard = shard.contiguous();  // each process holds its own rows (x is global here)
-    Quantizer q(qc, usages);
+    Quantizer q(qc);
     // 1. validate the exact configuration that is timed
     GatherResult g = gather_along_first_dim(shard, c, &q, usages, false, s);
     const bool ok = same_qt(g.quantized(), ref);
@@ -165,8 +165,8 @@ int run_bench_comm(const CommArgs& a) {
       });
     time_path("fallback_" + a.usages, [&] {  // the fallback done by hand: bf16 gather, one quantize
       GatherResult gr = gather_along_first_dim(shard, c, nullptr, Usage::none, false, s);
-      Quantizer qf(qc, usages);
-      (void)qf.quantize(gr.tensor(), s);
+      Quantizer qf(qc);
+      (void)qf.quantize(gr.tensor(), usages, s);
       return std::make_pair(std::string("fallback"), gr.tensor().nbytes());
     });
     time_path("bf16_gather_only", [&] {

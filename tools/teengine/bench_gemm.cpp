@@ -175,8 +175,8 @@ int run_gemm_bench(const GemmBenchArgs& g) {
     } else {
       TE_INPUT_ERROR("unknown --format " << g.format, "use bf16, fp8_per_tensor or fp8_block");
     }
-    a = Quantizer(ca, Usage::both).quantize(a_hp, stream);
-    b = Quantizer(cb, Usage::both).quantize(b_hp, stream);
+    a = Quantizer(ca).quantize(a_hp, Usage::both, stream);
+    b = Quantizer(cb).quantize(b_hp, Usage::both, stream);
   }
 
   GemmContext ctx(dev);

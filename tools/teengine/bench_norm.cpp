@@ -102,9 +102,9 @@ int run_norm(const NormOpts& o) {
     QuantizerConfig qc;
     qc.format = *qfmt;
     qc.pow2_scales = *qfmt == QuantFormat::fp8_block_1d || *qfmt == QuantFormat::fp8_block_2d;
-    Quantizer quant(qc, Usage::rowwise);
-    NormQuantized fused = norm_forward_quantized(*kind, x, gamma, beta, o.eps, *dt, quant, stream);
-    NormQuantized plain = norm_forward_then_quantize(*kind, x, gamma, beta, o.eps, *dt, quant, stream);
+    Quantizer quant(qc);
+    NormQuantized fused = norm_forward_quantized(*kind, x, gamma, beta, o.eps, *dt, quant, Usage::rowwise, stream);
+    NormQuantized plain = norm_forward_then_quantize(*kind, x, gamma, beta, o.eps, *dt, quant, Usage::rowwise, stream);
     auto bytes = [&](const Tensor& t) {
       Tensor c = t.to(Device::cpu(), stream);
       return std::vector<uint8_t>(static_cast<const uint8_t*>(c.data_ptr()),
@@ -113,9 +113,11 @@ int run_norm(const NormOpts& o) {
     qok = bytes(fused.out.rowwise_data) == bytes(plain.out.rowwise_data) &&
           bytes(fused.out.rowwise_scale_inv) == bytes(plain.out.rowwise_scale_inv);
     const bench::Timing tq = bench::time_per_op(
-        [&] { (void)norm_forward_quantized(*kind, x, gamma, beta, o.eps, *dt, quant, stream); }, stream);
+        [&] { (void)norm_forward_quantized(*kind, x, gamma, beta, o.eps, *dt, quant, Usage::rowwise, stream); },
+        stream);
     const bench::Timing tu = bench::time_per_op(
-        [&] { (void)norm_forward_then_quantize(*kind, x, gamma, beta, o.eps, *dt, quant, stream); }, stream);
+        [&] { (void)norm_forward_then_quantize(*kind, x, gamma, beta, o.eps, *dt, quant, Usage::rowwise, stream); },
+        stream);
     // read x, write fp8 data + scales + stats
     const double qbytes = double(M) * H * (es + 1.0) + 4.0 * M * ((H + 127) / 128) + stats;
     r["quantize"] = o.quantize;

@@ -50,7 +50,7 @@ int run_quant(const QuantOpts& o) {
   cfg.random_hadamard = o.rht;
   cfg.stochastic_rounding = o.sr;
   cfg.seed = 1234;
-  Quantizer q(cfg, usages);
+  Quantizer q(cfg);
 
   const Device dev = parse_device(o.device);
   const Stream stream = Stream::create(dev);
@@ -58,11 +58,11 @@ int run_quant(const QuantOpts& o) {
   x.fill_normal(7, 0.f, 3.f, stream);
 
   // Validate: the device result equals the CPU reference byte for byte (data, scales, amax).
-  const QuantizedTensor got = q.quantize(x, stream);
+  const QuantizedTensor got = q.quantize(x, usages, stream);
   stream.synchronize();
   bool ok = true;
   if (dev.is_cuda()) {
-    const QuantizedTensor ref = q.quantize(x.to(Device::cpu(), stream));
+    const QuantizedTensor ref = q.quantize(x.to(Device::cpu(), stream), usages);
     ok = same_bytes(got.rowwise_data, ref.rowwise_data) && same_bytes(got.rowwise_scale_inv, ref.rowwise_scale_inv) &&
          same_bytes(got.columnwise_data, ref.columnwise_data) &&
          same_bytes(got.columnwise_scale_inv, ref.columnwise_scale_inv) &&
@@ -70,7 +70,7 @@ int run_quant(const QuantOpts& o) {
   }
 
   // 20 calls per timed sample: the host enqueues ahead of the GPU, as in a model step.
-  const bench::Timing t = bench::time_per_op([&] { q.quantize(x, stream); }, stream, 20);
+  const bench::Timing t = bench::time_per_op([&] { q.quantize(x, usages, stream); }, stream, 20);
   const double copy = bench::copy_bandwidth_gbs(stream);
   const double bytes = static_cast<double>(x.nbytes() + got.nbytes());  // read x once, write every copy
   const double gbs = bytes / (t.median_ms * 1e-3) / 1e9;
