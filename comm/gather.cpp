@@ -38,18 +38,26 @@ Tensor bytes_of(const Tensor& t) {
 }
 
 // Why a usage cannot take the quantized path; empty when it can.
-std::string not_gatherable_reason(const Quantizer& q, const Shape& local_shape, Usage u) {
+// §4 for one usage of a local shard, with the reason either way.
+UsagePath usage_path(const Quantizer& q, const Shape& local_shape, Usage u) {
   const QuantizerConfig& c = q.config();
   const QuantFormatInfo& info = quant_format_info(c.format);
-  if (c.stochastic_rounding)
-    return "NVFP4 stochastic rounding draws depend on the global element index; quantizing the gathered tensor "
-           "keeps the draws of one rank";
-  if (q.can_gather_quantized(local_shape, u)) return "";
   const int64_t m = rows_of(local_shape);
   const char* copy = u == Usage::rowwise ? "row-wise" : "column-wise";
+  if (c.stochastic_rounding)
+    return {GatherRoute::fallback,
+            "NVFP4 stochastic rounding draws depend on the global element index; quantizing the gathered tensor "
+            "keeps the draws of one rank"};
+  if (q.can_gather_quantized(local_shape, u)) {
+    if (info.block == 0) return {GatherRoute::quantized, "one per-tensor scale for the group (amax reduced first)"};
+    if (u == Usage::rowwise && !info.two_d)
+      return {GatherRoute::quantized, TE_STR_("row-wise blocks of " << info.block << " never cross a token")};
+    return {GatherRoute::quantized, TE_STR_("local M=" << m << " is a multiple of the block " << info.block)};
+  }
   if (info.two_d)
-    return TE_STR_(copy << " " << info.block << "x" << info.block << " tiles would span ranks: local M=" << m);
-  return TE_STR_(copy << " blocks of " << info.block << " would span ranks: local M=" << m);
+    return {GatherRoute::fallback,
+            TE_STR_(copy << " " << info.block << "x" << info.block << " tiles would span ranks: local M=" << m)};
+  return {GatherRoute::fallback, TE_STR_(copy << " blocks of " << info.block << " would span ranks: local M=" << m)};
 }
 
 struct GatherParts {
@@ -178,17 +186,6 @@ void take_usages(QuantizedTensor& dst, const QuantizedTensor& src, Usage uset) {
 
 }  // namespace
 
-std::string_view gather_route_name(GatherRoute p) {
-  switch (p) {
-    case GatherRoute::none: return "none";
-    case GatherRoute::local: return "local";
-    case GatherRoute::quantized: return "quantized";
-    case GatherRoute::fallback: return "fallback";
-    case GatherRoute::high_precision: return "high_precision";
-  }
-  return "?";
-}
-
 AmaxReducer amax_reducer(Communicator& comm) {
   return [&comm](Tensor& amax, const Stream& stream) { comm.all_reduce(amax, ReduceOp::max, stream).wait(); };
 }
@@ -196,7 +193,8 @@ AmaxReducer amax_reducer(Communicator& comm) {
 GatherPlan plan_gather(const Shape& local_shape, const Quantizer* q, Usage usages, int world, Usage input_usages) {
   GatherPlan plan;
   if (!q) {
-    plan.tensor_path = world == 1 ? GatherRoute::local : GatherRoute::high_precision;
+    plan.tensor = world == 1 ? UsagePath{GatherRoute::local, "world size 1: nothing to gather"}
+                             : UsagePath{GatherRoute::high_precision, "no quantizer: the tensor's own dtype"};
     return plan;
   }
   TE_CHECK_HINT(usages != Usage::none, "plan_gather: no usage requested", "name the copies the gather must produce");
@@ -206,13 +204,12 @@ GatherPlan plan_gather(const Shape& local_shape, const Quantizer* q, Usage usage
     if (!has_usage(usages, u)) continue;
     UsagePath& p = u == Usage::rowwise ? plan.rowwise : plan.columnwise;
     if (world == 1) {
-      p.path = GatherRoute::local;
+      p = {GatherRoute::local, "world size 1: quantized locally"};
       continue;
     }
-    p.reason = not_gatherable_reason(*q, local_shape, u);
-    if (p.reason.empty() && quantized_input && !has_usage(input_usages, u))
-      p.reason = TE_STR_("the quantized input has no " << usage_name(u) << " copy");
-    p.path = p.reason.empty() ? GatherRoute::quantized : GatherRoute::fallback;
+    p = usage_path(*q, local_shape, u);
+    if (p.path == GatherRoute::quantized && quantized_input && !has_usage(input_usages, u))
+      p = {GatherRoute::fallback, TE_STR_("the quantized input has no " << usage_name(u) << " copy")};
     any_fallback |= p.path == GatherRoute::fallback;
   }
   // A high-precision input that needs the fallback for one usage gathers once in high precision for both.

@@ -22,30 +22,10 @@
 #include <variant>
 
 #include "comm/communicator.h"
+#include "comm/gather_plan.h"
 #include "ops/quant/quantizer.h"
 
 namespace te {
-
-enum class GatherRoute : uint8_t {
-  none,            // usage not requested
-  local,           // world size 1: quantized (or returned) locally, no communication
-  quantized,       // gathered in the quantized format
-  fallback,        // gathered in the original precision, then quantized once
-  high_precision,  // no quantizer: a plain gather of the tensor
-};
-std::string_view gather_route_name(GatherRoute p);
-
-struct UsagePath {
-  GatherRoute path = GatherRoute::none;
-  std::string reason;  // why the fallback (empty on the quantized path)
-};
-
-// What the gather of one tensor does, per usage; computed before anything runs (the graph prints it).
-struct GatherPlan {
-  UsagePath rowwise, columnwise;
-  GatherRoute tensor_path = GatherRoute::none;  // without a quantizer: local or high_precision
-  const UsagePath& of(Usage u) const { return u == Usage::rowwise ? rowwise : columnwise; }
-};
 
 // §4 applied to a local shard: which path each requested usage takes. `quantizer` may be null (plain gather);
 // `input_usages` are the copies an already-quantized input carries (Usage::none for a high-precision input).

@@ -43,9 +43,13 @@ std::string explain(const Graph& g, const Plan& plan) {
       if (g.value(v).is_output) os << "  output";
       os << "\n";
     }
-    if (const GatherDecision* d = plan.gather_decision(node.id)) {
-      for (const auto& u : d->usages)
-        os << "        gather " << usage_name(u.usage) << ": " << gather_path_name(u.path) << " — " << u.reason << "\n";
+    if (const GatherPlan* d = plan.gather_plan(node.id)) {
+      if (d->tensor.path != GatherRoute::none)
+        os << "        gather: " << gather_route_name(d->tensor.path) << " — " << d->tensor.reason << "\n";
+      for (Usage u : {Usage::rowwise, Usage::columnwise})
+        if (d->of(u).path != GatherRoute::none)
+          os << "        gather " << usage_name(u) << ": " << gather_route_name(d->of(u).path) << " — "
+             << d->of(u).reason << "\n";
       os << "        producer writes " << (d->producer_writes_quantized ? "quantized" : "high precision") << "\n";
     }
     for (size_t e = 0; e < plan.events.size(); ++e)

@@ -8,16 +8,7 @@
 
 namespace te {
 
-std::string_view gather_path_name(GatherPath p) {
-  switch (p) {
-    case GatherPath::high_precision: return "high_precision";
-    case GatherPath::quantized: return "quantized";
-    case GatherPath::fallback: return "fallback";
-  }
-  return "?";
-}
-
-const GatherDecision* Plan::gather_decision(int node) const {
+const GatherPlan* Plan::gather_plan(int node) const {
   for (const auto& [n, d] : gathers)
     if (n == node) return &d;
   return nullptr;
@@ -69,16 +60,17 @@ void check_types(const Graph& g) {
   }
 }
 
-GatherDecision default_gather_decision(const Graph& g, const Node& node) {
-  GatherDecision d;
+GatherPlan default_gather_plan(const Graph& g, const Node& node) {
+  GatherPlan d;
   const ValueType& out = g.value(node.outputs.at(0)).type;
   if (!out.is_quantized()) {
-    d.usages.push_back({Usage::none, GatherPath::high_precision, "the gathered value is not quantized"});
+    d.tensor = {GatherRoute::high_precision, "the gathered value is not quantized"};
     return d;
   }
   for (Usage u : {Usage::rowwise, Usage::columnwise})
     if (has_usage(out.usages, u))
-      d.usages.push_back({u, GatherPath::fallback, "no gather hook set: planned the fallback (always valid)"});
+      (u == Usage::rowwise ? d.rowwise : d.columnwise) = {GatherRoute::fallback,
+                                                          "no gather hook set: planned the fallback (always valid)"};
   return d;
 }
 
@@ -171,10 +163,10 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
   for (const PlanStep& st : plan.steps) {
     const Node& node = g.node(st.node);
     if (!node.op->is_gather) continue;
-    GatherDecision d = options.gather_hook ? options.gather_hook(g, node) : default_gather_decision(g, node);
-    for (const auto& u : d.usages)
-      TE_CHECK_HINT(!u.reason.empty(), g.node_label(node.id) << ": gather decision for " << usage_name(u.usage)
-                                                             << " has no reason",
+    GatherPlan d = options.gather_hook ? options.gather_hook(g, node) : default_gather_plan(g, node);
+    for (const UsagePath* u : {&d.rowwise, &d.columnwise, &d.tensor})
+      TE_CHECK_HINT(u->path == GatherRoute::none || !u->reason.empty(),
+                    g.node_label(node.id) << ": the gather plan's " << gather_route_name(u->path) << " path has no reason",
                     "the gather hook must say why it chose a path (printed by --explain)");
     plan.gathers.emplace_back(node.id, std::move(d));
   }

@@ -12,32 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "comm/gather_plan.h"
 #include "graph/graph.h"
 #include "graph/op_table.h"
 
 namespace te {
 
-enum class GatherPath : uint8_t {
-  high_precision,  // the gathered value is not quantized: all-gather in its dtype
-  quantized,       // quantize the local shard, gather data and scales (NUMERICS.md §4)
-  fallback,        // gather high precision, quantize the gathered tensor (NUMERICS.md §5)
-};
-std::string_view gather_path_name(GatherPath p);
-
-struct GatherUsageDecision {
-  Usage usage = Usage::rowwise;
-  GatherPath path = GatherPath::high_precision;
-  std::string reason;  // printed by explain(): why this path (e.g. "local M 100 is not a multiple of 128")
-};
-
-struct GatherDecision {
-  std::vector<GatherUsageDecision> usages;
-  bool producer_writes_quantized = false;  // the producer of the gather's input writes the quantized shard
-};
-
 // Called once per gather node (OpDef::is_gather). The model layer sets it; without one, a gather of a quantized
 // value is planned as a fallback (the safe path) and a gather of a high-precision value as high_precision.
-using GatherHook = std::function<GatherDecision(const Graph& graph, const Node& gather)>;
+using GatherHook = std::function<GatherPlan(const Graph& graph, const Node& gather)>;
 
 struct PlanOptions {
   GatherHook gather_hook;
@@ -78,11 +61,11 @@ struct Plan {
   std::vector<PlanStep> steps;            // topological order: the order nodes are enqueued
   std::vector<PlannedBuffer> buffers;     // indexed by value id
   std::vector<PlannedEvent> events;       // cross-stream dependencies (removing one breaks ordering)
-  std::vector<std::pair<int, GatherDecision>> gathers;  // (gather node id, decision)
+  std::vector<std::pair<int, GatherPlan>> gathers;  // (gather node id, its plan)
   int64_t arena_bytes = 0;                // planned peak: the one allocation
   int64_t naive_bytes = 0;                // sum of all intermediate buffers without reuse
   int64_t alignment = 256;
-  const GatherDecision* gather_decision(int node) const;  // nullptr when `node` is not a gather
+  const GatherPlan* gather_plan(int node) const;  // nullptr when `node` is not a gather
 };
 
 Plan plan_graph(const Graph& graph, const PlanOptions& options = {});

@@ -481,7 +481,7 @@ std::string Engine::explain() const {
     if (qc) q.emplace(*qc);
     te::GatherPlan p = te::plan_gather({local_tokens, m.spec().model.hidden}, q ? &*q : nullptr, usages, w);
     if (!qc) {
-      o << "  " << what << ": " << te::gather_route_name(p.tensor_path) << " ("
+      o << "  " << what << ": " << te::gather_route_name(p.tensor.path) << " ("
         << te::dtype_name(m.spec().model.dtype) << ")\n";
       return;
     }

@@ -10,24 +10,15 @@ namespace te {
 namespace {
 
 // §4 for the forward gather of a column-parallel input, from the rule gather_along_first_dim applies.
-GatherDecision decide_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
+// The norm writes high precision; the gather quantizes its local shard or falls back: the plan the gather itself
+// makes (plan_gather), so --explain and the run cannot disagree.
+GatherPlan decide_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
   ParallelLinear& linear = *b.linears.at(static_cast<size_t>(gather.attr<int64_t>("linear")));
   const ValueType& in = g.value(gather.inputs[0]).type;
   const Quantizer* q = linear.input_quantizer();
-  GatherDecision d;  // the norm writes high precision; the gather quantizes its local shard or falls back
-  if (!q) {
-    d.usages.push_back({Usage::none, GatherPath::high_precision,
-                        TE_STR_("recipe none: the gather moves " << dtype_name(in.dtype))});
-    return d;
-  }
-  const UsagePath p = plan_gather(in.shape, q, Usage::rowwise, b.ctx->world()).rowwise;
-  if (p.path == GatherRoute::quantized)
-    d.usages.push_back({Usage::rowwise, GatherPath::quantized,
-                        TE_STR_("local shard " << shape_str(in.shape) << " is gatherable in "
-                                               << quant_format_name(q->config().format) << " (NUMERICS.md §4)")});
-  else
-    d.usages.push_back({Usage::rowwise, GatherPath::fallback, p.reason});
-  return d;
+  GatherPlan p = plan_gather(in.shape, q, q ? Usage::rowwise : Usage::none, b.ctx->world());
+  if (!q) p.tensor.reason = TE_STR_("recipe none: the gather moves " << dtype_name(in.dtype));
+  return p;
 }
 
 // "layers.0.mlp.fc1_weight" → "layers.0.mlp.fc1"; "layers.0.qkv.weight" → "layers.0.qkv".

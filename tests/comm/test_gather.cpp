@@ -301,7 +301,7 @@ TEST(GatherPlan, FollowsSection4) {
   const GatherPlan mixed_q = plan_gather({250, 128}, &b1, Usage::both, 2, Usage::both);
   EXPECT_EQ(mixed_q.rowwise.path, GatherRoute::quantized);
   EXPECT_EQ(mixed_q.columnwise.path, GatherRoute::fallback);
-  EXPECT_EQ(plan_gather({250, 128}, nullptr, Usage::none, 2).tensor_path, GatherRoute::high_precision);
+  EXPECT_EQ(plan_gather({250, 128}, nullptr, Usage::none, 2).tensor.path, GatherRoute::high_precision);
 }
 
 TEST(GatherHighPrecision, PlainTensorGatherKeepsDtypeAndLeadingDims) {

@@ -142,19 +142,19 @@ TEST(Planner, GatherHookDecisionsAreRecordedAndExplained) {
     ++calls;
     EXPECT_EQ(n.name, "sp_gather");
     EXPECT_EQ(g.value(n.inputs[0]).type.shape, (Shape{8, 16}));
-    GatherDecision d;
-    d.usages.push_back({Usage::rowwise, GatherPath::quantized, "row-wise 1D blocks always gather"});
-    d.usages.push_back({Usage::columnwise, GatherPath::fallback, "local M 8 is not a multiple of 128"});
+    GatherPlan d;
+    d.rowwise = {GatherRoute::quantized, "row-wise 1D blocks always gather"};
+    d.columnwise = {GatherRoute::fallback, "local M 8 is not a multiple of 128"};
     d.producer_writes_quantized = true;
     return d;
   };
   Plan p = plan_graph(c.g, opt);
   EXPECT_EQ(calls, 1);
-  const GatherDecision* d = p.gather_decision(1);
+  const GatherPlan* d = p.gather_plan(1);
   ASSERT_NE(d, nullptr);
-  ASSERT_EQ(d->usages.size(), 2u);
-  EXPECT_EQ(d->usages[1].path, GatherPath::fallback);
-  EXPECT_EQ(p.gather_decision(0), nullptr);
+  EXPECT_EQ(d->columnwise.path, GatherRoute::fallback);
+  EXPECT_EQ(d->tensor.path, GatherRoute::none);
+  EXPECT_EQ(p.gather_plan(0), nullptr);
   const std::string text = explain(c.g, p);
   EXPECT_NE(text.find("gather columnwise: fallback — local M 8 is not a multiple of 128"), std::string::npos) << text;
   EXPECT_NE(text.find("gather rowwise: quantized — row-wise 1D blocks always gather"), std::string::npos) << text;
@@ -163,20 +163,20 @@ TEST(Planner, GatherHookDecisionsAreRecordedAndExplained) {
   EXPECT_NE(text.find("memory: arena 4.0 KiB (planned peak) vs 7.5 KiB naive sum, 46.7% saved"), std::string::npos)
       << text;
   opt.gather_hook = [](const Graph&, const Node&) {
-    GatherDecision d;
-    d.usages.push_back({Usage::rowwise, GatherPath::quantized, ""});
+    GatherPlan d;
+    d.rowwise = {GatherRoute::quantized, ""};
     return d;
   };
   EXPECT_THROW(plan_graph(c.g, opt), Error);
 }
 
-TEST(Planner, DefaultGatherDecisionWithoutHook) {
+TEST(Planner, DefaultGatherPlanWithoutHook) {
   MlpChain c = mlp_chain();
   Plan p = plan_graph(c.g);
-  const GatherDecision* d = p.gather_decision(1);
+  const GatherPlan* d = p.gather_plan(1);
   ASSERT_NE(d, nullptr);
-  ASSERT_EQ(d->usages.size(), 1u);
-  EXPECT_EQ(d->usages[0].path, GatherPath::high_precision);
+  EXPECT_EQ(d->tensor.path, GatherRoute::high_precision);
+  EXPECT_EQ(d->rowwise.path, GatherRoute::none);
 }
 
 TEST(Planner, QuantizedValueBytesCoverDataAndScales) {

@@ -134,9 +134,9 @@ TEST(ModelGraph, PlanPutsGathersAndReductionsOnTheCommStreamWithReasons) {
   EXPECT_GE(plan.events.size(), 8u);
   ASSERT_EQ(plan.gathers.size(), 4u);
   for (const auto& [node, d] : plan.gathers) {
-    ASSERT_EQ(d.usages.size(), 1u);
-    EXPECT_EQ(d.usages[0].path, GatherPath::quantized);  // row-wise 1x128 blocks never cross a token: 250 is fine
-    EXPECT_NE(d.usages[0].reason.find("[250, 128]"), std::string::npos) << d.usages[0].reason;
+    EXPECT_EQ(d.columnwise.path, GatherRoute::none);
+    EXPECT_EQ(d.rowwise.path, GatherRoute::quantized);  // row-wise 1x128 blocks never cross a token: 250 is fine
+    EXPECT_EQ(d.rowwise.reason, "row-wise blocks of 128 never cross a token");
   }
   EXPECT_GT(plan.arena_bytes, 0);
   EXPECT_LT(plan.arena_bytes, plan.naive_bytes);
@@ -150,7 +150,7 @@ TEST(ModelGraph, RecipeNonePlansHighPrecisionGathers) {
   Ranks m(graph_model("none", {2, true, 64}), Device::cpu());
   ModelGraph g(*m.models[0], 32);
   ASSERT_FALSE(g.plan().gathers.empty());
-  for (const auto& [node, d] : g.plan().gathers) EXPECT_EQ(d.usages.at(0).path, GatherPath::high_precision);
+  for (const auto& [node, d] : g.plan().gathers) EXPECT_EQ(d.tensor.path, GatherRoute::high_precision);
 }
 
 TEST(ModelGraph, RefusesATrainingModelAndAWrongInputByName) {
