@@ -13,14 +13,14 @@ std::string_view layer_kind_name(LayerKind v) { return name_of(kKinds, v); }
 std::string_view activation_name(Activation v) { return name_of(kActs, v); }
 std::string_view parallel_mode_name(ParallelMode v) { return name_of(kModes, v); }
 std::string_view comm_backend_name(CommBackend v) { return name_of(kComms, v); }
-std::string_view recipe_name(Recipe v) { return name_of(kRecipes, v); }
+std::string_view recipe_name(Recipe v) { return name_of(recipes(), v); }
 std::string_view fp8_format_name(Fp8Format v) { return name_of(kFormats, v); }
 std::string_view amax_algo_name(AmaxAlgo v) { return name_of(kAlgos, v); }
 std::string_view run_mode_name(RunMode v) { return name_of(kRunModes, v); }
 std::string_view executor_name(ForwardExecutor v) { return name_of(kExecutors, v); }
 std::string_view optimizer_type_name(OptimizerType v) { return name_of(kOptims, v); }
 std::optional<Recipe> recipe_from_name(std::string_view name) {
-  for (const auto& [n, r] : kRecipes)
+  for (const auto& [n, r] : recipes())
     if (n == name) return r;
   return std::nullopt;
 }

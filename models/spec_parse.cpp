@@ -3,6 +3,7 @@
 #include "models/spec.h"
 #include "models/spec_tables.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -210,36 +211,40 @@ void read_parallel(const Ctx& c, const YAML::Node& n, ParallelSpec& p) {
 
 void read_precision(const Ctx& c, const YAML::Node& n, PrecisionSpec& p) {
   if (n.IsScalar() && !n.IsNull()) {  // shorthand `precision: fp8_block`
-    p.recipe = read_enum(c, n, "precision", kRecipes);
+    p.recipe = read_enum(c, n, "precision", recipes());
   } else {
     Fields f(c, n, "precision",
              {"recipe", "fp8_format", "amax_history_len", "amax_algo", "margin", "pow2_scales", "amax_epsilon"});
-    if (f.has("recipe")) p.recipe = read_enum(c, f.get("recipe"), "precision.recipe", kRecipes);
-    const Recipe r = p.recipe;
-    const std::string rn(recipe_name(r));
-    // Which options each recipe reads; any other option set is an error (it would be silently ignored).
-    auto applies = [&](const std::string& key, std::initializer_list<Recipe> recipes, const char* owners) {
+    if (f.has("recipe")) p.recipe = read_enum(c, f.get("recipe"), "precision.recipe", recipes());
+    const RecipeRow& row = recipe_row(p.recipe);
+    // The options the recipe's row names; any other option set is an error (it would be silently ignored).
+    auto applies = [&](const std::string& key) {
       if (!f.has(key)) return false;
-      for (Recipe x : recipes)
-        if (x == r) return true;
-      c.fail(f.get(key), f.sub(key), "applies only to recipe " + std::string(owners) + ", not " + rn,
+      if (std::find(row.options.begin(), row.options.end(), key) != row.options.end()) return true;
+      c.fail(f.get(key), f.sub(key),
+             "applies only to recipe " + recipes_reading(key) + ", not " + std::string(row.name),
              "remove it or change precision.recipe");
     };
-    if (r == Recipe::fp8_block || r == Recipe::mxfp8) p.fp8_format = Fp8Format::e4m3;
-    p.pow2_scales = r == Recipe::fp8_block;
-    if (applies("fp8_format", {Recipe::fp8_delayed, Recipe::fp8_current, Recipe::fp8_block, Recipe::mxfp8},
-                "fp8_delayed | fp8_current | fp8_block | mxfp8"))
+    if (!row.fp8_formats.empty()) p.fp8_format = row.fp8_formats.front();
+    p.pow2_scales = row.pow2_scales_default;
+    if (applies("fp8_format")) {
       p.fp8_format = read_enum(c, f.get("fp8_format"), f.sub("fp8_format"), kFormats);
-    if (applies("amax_history_len", {Recipe::fp8_delayed}, "fp8_delayed"))
+      if (std::find(row.fp8_formats.begin(), row.fp8_formats.end(), p.fp8_format) == row.fp8_formats.end())
+        c.fail(f.get("fp8_format"), f.sub("fp8_format"),
+               "recipe " + std::string(row.name) + " takes fp8_format " +
+                   std::string(fp8_format_name(row.fp8_formats.front())) + " only (every tensor, gradients too)",
+               "remove fp8_format, or use fp8_current / fp8_delayed for E5M2 gradients (hybrid)");
+    }
+    if (applies("amax_history_len"))
       p.amax_history_len = static_cast<int>(read_int(c, f.get("amax_history_len"), f.sub("amax_history_len"), 1,
                                                      1 << 20, "the number of past amaxes kept, e.g. 1024"));
-    if (applies("amax_algo", {Recipe::fp8_delayed}, "fp8_delayed"))
+    if (applies("amax_algo"))
       p.amax_algo = read_enum(c, f.get("amax_algo"), f.sub("amax_algo"), kAlgos);
-    if (applies("margin", {Recipe::fp8_delayed}, "fp8_delayed"))
+    if (applies("margin"))
       p.margin = static_cast<int>(read_int(c, f.get("margin"), f.sub("margin"), 0, 64, "margin is a power of two"));
-    if (applies("pow2_scales", {Recipe::fp8_current, Recipe::fp8_block}, "fp8_current | fp8_block"))
+    if (applies("pow2_scales"))
       p.pow2_scales = read_bool(c, f.get("pow2_scales"), f.sub("pow2_scales"));
-    if (applies("amax_epsilon", {Recipe::fp8_current, Recipe::fp8_block}, "fp8_current | fp8_block")) {
+    if (applies("amax_epsilon")) {
       p.amax_epsilon = read_float(c, f.get("amax_epsilon"), f.sub("amax_epsilon"));
       if (p.amax_epsilon < 0) c.fail(f.get("amax_epsilon"), f.sub("amax_epsilon"), "must be ≥ 0", "e.g. 0.0");
     }

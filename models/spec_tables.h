@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/recipe.h"
 #include "models/spec.h"
 
 namespace te::spec_tables {
@@ -20,9 +21,15 @@ inline const Table<Activation> kActs = {{"gelu", Activation::gelu}, {"swiglu", A
 inline const Table<ParallelMode> kModes = {{"column", ParallelMode::column}, {"row", ParallelMode::row}};
 inline const Table<CommBackend> kComms = {{"auto", CommBackend::automatic}, {"local", CommBackend::local},
                                    {"nccl", CommBackend::nccl}, {"gloo", CommBackend::gloo}};
-inline const Table<Recipe> kRecipes = {{"none", Recipe::none},           {"fp8_delayed", Recipe::fp8_delayed},
-                                {"fp8_current", Recipe::fp8_current}, {"fp8_block", Recipe::fp8_block},
-                                {"mxfp8", Recipe::mxfp8},         {"nvfp4", Recipe::nvfp4}};
+// The recipe names come from the recipe table (models/recipe.h), whose rows also say which options each takes.
+inline const Table<Recipe>& recipes() {
+  static const Table<Recipe> t = [] {
+    Table<Recipe> names;
+    for (const RecipeRow& r : recipe_table()) names.emplace_back(std::string(r.name), r.recipe);
+    return names;
+  }();
+  return t;
+}
 inline const Table<Fp8Format> kFormats = {{"e4m3", Fp8Format::e4m3}, {"hybrid", Fp8Format::hybrid}};
 inline const Table<AmaxAlgo> kAlgos = {{"max", AmaxAlgo::max}, {"most_recent", AmaxAlgo::most_recent}};
 inline const Table<RunMode> kRunModes = {{"infer", RunMode::infer}, {"train", RunMode::train}};

@@ -11,7 +11,7 @@ namespace te::bench {
 
 std::vector<std::string> recipe_names() {
   std::vector<std::string> names;
-  for (const auto& [name, recipe] : spec_tables::kRecipes) names.push_back(name);
+  for (const auto& [name, recipe] : spec_tables::recipes()) names.push_back(name);
   return names;
 }
 
