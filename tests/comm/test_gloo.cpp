@@ -22,6 +22,7 @@
 #include "comm/local_communicator.h"
 #include "engine/error.h"
 #include "common/free_port.h"
+#include "common/rendezvous.h"
 
 namespace te {
 namespace {
@@ -30,13 +31,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 TcpRendezvousOptions gloo_rendezvous(int port, int rank, int world, std::chrono::milliseconds timeout = 10s) {
-  TcpRendezvousOptions o;
-  o.port = port;
-  o.rank = rank;
-  o.world = world;
-  o.timeout = timeout;
-  o.token = "gloo-test";
-  return o;
+  return test::loopback_rendezvous(port, rank, world, timeout, "gloo-test");
 }
 
 // What one child reported: its output bytes, or the message of the exception it threw.

@@ -211,16 +211,10 @@ TEST(Launch, PassesAnExistingTokenThrough) {
 
 TEST(Launch, RefusesAMasterPortInUse) {
   REQUIRE_BIN();
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int busy = 0;
+  const int fd = te::test::listening_socket(&busy);
   ASSERT_GE(fd, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  const std::string port = std::to_string(ntohs(sa.sin_port));
+  const std::string port = std::to_string(busy);
   std::string out;
   const int rc = run(launch() + " -n 2 --master-port " + port + " -- echo started 2>&1", &out);
   EXPECT_EQ(rc, 2) << out;

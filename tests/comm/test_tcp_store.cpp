@@ -13,6 +13,7 @@
 #include "comm/tcp_store.h"
 #include "engine/error.h"
 #include "common/free_port.h"
+#include "common/rendezvous.h"
 
 namespace te {
 namespace {
@@ -21,13 +22,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 TcpRendezvousOptions store_options(int port, int rank, int world, std::chrono::milliseconds timeout = 10s) {
-  TcpRendezvousOptions o;
-  o.port = port;
-  o.rank = rank;
-  o.world = world;
-  o.timeout = timeout;
-  o.token = "store-test";
-  return o;
+  return test::loopback_rendezvous(port, rank, world, timeout, "store-test");
 }
 
 std::string store_key(int rank) {
@@ -182,15 +177,9 @@ TEST(TcpStore, ASilentConnectionDoesNotStallRealRanks) {
 }
 
 TEST(TcpStore, APortInUseIsAnInputError) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof(sa);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  const int port = ntohs(sa.sin_port);
+  int port = 0;
+  const int fd = test::listening_socket(&port);
+  ASSERT_GE(fd, 0);
   try {
     TcpStore s(store_options(port, 0, 2));
     FAIL() << "bound a port in use";

@@ -7,9 +7,10 @@ fused AdamW; time per step, peak memory). Medians of CUDA-event timings. Prints 
 """
 import argparse
 import json
-import statistics
 
 import torch
+
+from compare_torch import time_cuda  # the same timing loop as the block comparison
 
 
 class Block(torch.nn.Module):
@@ -21,21 +22,6 @@ class Block(torch.nn.Module):
 
     def forward(self, x):
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x)), approximate="tanh"))
-
-
-def timed(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def main():
@@ -54,7 +40,7 @@ def main():
     model = Block(a.hidden, a.ffn).cuda().to(torch.bfloat16)
     x = torch.randn(a.tokens, a.hidden, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        out["infer_bf16_ms"] = timed(lambda: model(x), a.reps)
+        out["infer_bf16_ms"] = time_cuda(lambda: model(x), warmup=3, reps=a.reps)
     out["infer_bf16_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     del model, x
 
@@ -73,7 +59,7 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    out["train_amp_adamw_ms"] = timed(step, a.reps)
+    out["train_amp_adamw_ms"] = time_cuda(step, warmup=3, reps=a.reps)
     out["train_amp_adamw_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(out))
 
