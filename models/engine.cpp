@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "engine/pinned_host.h"
 #include "models/engine_impl.h"
 #include "ops/elementwise/elementwise.h"
+#include "models/forward_replay.h"
 #include "models/model_graph.h"
 #include "models/rank_group.h"
 #include "models/rank_model.h"
@@ -77,6 +79,17 @@ struct Engine::Impl {
   // The host side of every host-tensor copy (page-locked on a GPU), used under `mu`: stage() and to_host()
   // synchronise before they return, so one buffer serves inputs, targets and outputs in turn.
   std::unique_ptr<te::PinnedHostBuffer> staging;
+  // run.cuda_graph: per token count, the graph forward captured once and replayed (GPU, tp 1). At most
+  // kReplayBuckets token counts keep a capture (each holds its buffers); the least recently used goes first.
+  struct ReplayBucket {
+    te::Tensor input;  // [tokens, hidden]: the captured forward reads it in place
+    std::unique_ptr<te::ModelGraph> graph;
+    std::unique_ptr<te::ForwardReplay> replay;  // declared last: destroyed first
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kReplayBuckets = 8;
+  std::map<int64_t, ReplayBucket> replays;
+  uint64_t replay_clock = 0;
   std::vector<double> step_ms, device_ms;
   std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
   std::vector<float> losses;
@@ -91,6 +104,12 @@ struct Engine::Impl {
   bool graph_forward() const {
     return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
   }
+  bool replays_forward() const {
+    return spec().run.cuda_graph && graph_forward() && device().is_cuda() && world() == 1 && !group->distributed();
+  }
+  // The forward of x [tokens, hidden] through the token count's captured graph; returns a copy of the output
+  // (the replay's own buffer is overwritten by the next replay).
+  te::Tensor replay_forward(const te::Tensor& x);
   int64_t local_tokens(int64_t tokens) const {
     return spec().parallel.sequence_parallel && world() > 1 ? tokens / world() : tokens;
   }
@@ -210,7 +229,9 @@ StagedTensor Engine::Impl::run_forward(const StagedTensor::Impl& x, double* devi
     const te::Tensor& xr = x.rows[static_cast<size_t>(i)];
     te::RankModel& model = *group->models[static_cast<size_t>(i)];
     auto& graph = graphs[static_cast<size_t>(i)];
-    if (graph_forward()) {
+    if (replays_forward()) {
+      out->rows[static_cast<size_t>(i)] = replay_forward(xr);
+    } else if (graph_forward()) {
       // Planned once per token count (shapes are static in a plan).
       if (!graph || graph->local_tokens() != xr.size(0)) graph = std::make_unique<te::ModelGraph>(model, xr.size(0));
       out->rows[static_cast<size_t>(i)] = graph->forward(xr);
@@ -219,6 +240,34 @@ StagedTensor Engine::Impl::run_forward(const StagedTensor::Impl& x, double* devi
     }
   });
   return StagedTensor(std::move(out));
+}
+
+te::Tensor Engine::Impl::replay_forward(const te::Tensor& x) {
+  te::RankContext& ctx = *group->ctxs[0];
+  const int64_t tokens = x.size(0);
+  auto it = replays.find(tokens);
+  if (it == replays.end()) {
+    if (replays.size() >= kReplayBuckets)
+      replays.erase(std::min_element(replays.begin(), replays.end(), [](const auto& a, const auto& b) {
+        return a.second.last_use < b.second.last_use;
+      }));
+    ReplayBucket& b = replays[tokens];
+    try {
+      b.input = te::Tensor::empty(x.shape(), x.dtype(), ctx.device, ctx.stream);
+      b.input.copy_from(x, ctx.stream);
+      b.graph = std::make_unique<te::ModelGraph>(*group->models[0], tokens);
+      b.replay = std::make_unique<te::ForwardReplay>(*group->models[0], b.input,
+                                                     [g = b.graph.get(), in = b.input] { return g->forward(in); });
+    } catch (...) {
+      replays.erase(tokens);  // no half-made capture stays behind
+      throw;
+    }
+    it = replays.find(tokens);
+  } else {
+    it->second.input.copy_from(x, ctx.stream);
+  }
+  it->second.last_use = ++replay_clock;
+  return it->second.replay->replay().clone(ctx.stream);
 }
 
 float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, double* device_ms) {
@@ -316,6 +365,8 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
   impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());
+  if (spec.run.cuda_graph && !impl->device().is_cuda())
+    TE_LOG(warn, "run.cuda_graph ignored: the model runs on " << impl->device().str() << " (CUDA graphs need a GPU)");
   return Engine(std::move(impl));
 }
 
@@ -325,6 +376,7 @@ void Engine::load_weights(const std::string& path) {
     te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
     te::ModelSpec spec = impl_->spec();
     spec.weights_path = path;
+    impl_->replays.clear();  // captures of the current models (recaptured lazily for the new ones)
     impl_->group->load(te::shards_for(spec));  // a bad file leaves the engine as it was
     for (auto& g : impl_->graphs) g.reset();
   });

@@ -94,7 +94,9 @@ std::string describe_spec(const ModelSpec& spec) {
     o << "\n";
   }
   o << "run: " << run_mode_name(spec.run.mode);
-  if (spec.run.mode == RunMode::infer) o << " (" << executor_name(spec.run.executor) << " executor)";
+  if (spec.run.mode == RunMode::infer)
+    o << " (" << executor_name(spec.run.executor) << " executor" << (spec.run.cuda_graph ? ", CUDA-graph replay" : "")
+      << ")";
   o << " on " << spec.run.device << ", " << spec.run.tokens
     << " tokens, " << spec.run.steps << " step(s), seed " << spec.run.seed << "\n";
   return o.str();

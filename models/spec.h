@@ -122,6 +122,9 @@ std::string_view executor_name(ForwardExecutor v);
 struct RunSpec {
   RunMode mode = RunMode::infer;
   ForwardExecutor executor = ForwardExecutor::graph;
+  // Inference on a GPU at tp 1: each token count's forward is captured as a CUDA graph once, then replayed (no
+  // launch gaps). Ignored, with a warning, where the run lands on the CPU.
+  bool cuda_graph = false;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t tokens = 1024;
   int64_t steps = 1;

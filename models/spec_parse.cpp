@@ -288,9 +288,10 @@ void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
 }
 
 void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
-  Fields f(c, n, "run", {"mode", "executor", "device", "tokens", "steps", "seed", "optimizer"});
+  Fields f(c, n, "run", {"mode", "executor", "cuda_graph", "device", "tokens", "steps", "seed", "optimizer"});
   if (f.has("mode")) r.mode = read_enum(c, f.get("mode"), "run.mode", kRunModes);
   if (f.has("executor")) r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
+  if (f.has("cuda_graph")) r.cuda_graph = read_bool(c, f.get("cuda_graph"), "run.cuda_graph");
   if (f.has("device")) {
     r.device = read_string(c, f.get("device"), "run.device");
     bool ok = r.device == "auto" || r.device == "cpu" || r.device == "cuda";
@@ -327,6 +328,22 @@ ModelSpec validate(const Ctx& c, const YAML::Node& root) {
   read_model(c, top.require("model", "add a model: section (hidden, layers, block)"), s.model, s.parallel.tp);
   if (top.has("precision")) read_precision(c, top.get("precision"), s.precision);
   if (top.has("run")) read_run(c, top.get("run"), s.run);
+  if (s.run.cuda_graph) {  // what replay covers today
+    const YAML::Node at = top.get("run")["cuda_graph"];
+    if (s.run.mode != RunMode::infer)
+      c.fail(at, "run.cuda_graph", "replays the inference forward; training steps run eagerly",
+             "set run.cuda_graph: false for run.mode: train");
+    if (s.run.executor != ForwardExecutor::graph)
+      c.fail(at, "run.cuda_graph", "replays the graph executor's forward, not the eager one",
+             "set run.executor: graph (the default)");
+    if (s.parallel.tp != 1)
+      c.fail(at, "run.cuda_graph", "needs tp 1 (the ranks' collectives are not captured yet)",
+             "set parallel.tp: 1, or run.cuda_graph: false");
+    if (s.precision.recipe == Recipe::fp8_delayed)
+      c.fail(at, "run.cuda_graph",
+             "fp8_delayed's amax history would take the capture's warm-up forwards as steps (other outputs)",
+             "use another recipe (fp8_current keeps per-tensor FP8), or run.cuda_graph: false");
+  }
   if (s.parallel.sequence_parallel && s.run.tokens % s.parallel.tp != 0) {
     const bool explicit_tokens = top.has("run") && top.get("run").IsMap() && top.get("run")["tokens"];
     const YAML::Node at = explicit_tokens ? YAML::Node(top.get("run")["tokens"]) : top.get("parallel");

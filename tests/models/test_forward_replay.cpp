@@ -1,6 +1,14 @@
 // ForwardReplay: the inference forward replayed as one CUDA graph computes exactly the eager bytes, reads its input
-// in place, and is refused (with the reason) where it cannot work: the CPU, training, tp > 1.
+// in place, and is refused (with the reason) where it cannot work: the CPU, training, tp > 1. Through the Engine
+// (run.cuda_graph) the same replay serves every token count.
 #include <gtest/gtest.h>
+#include <teengine/teengine.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/error.h"
 #include "models/forward_replay.h"
@@ -66,7 +74,65 @@ TEST_P(ForwardReplayGpu, ModelGraphReplayEqualsEager) {
   EXPECT_EQ(bits(replay.replay(), m.ctx.stream), bits(m.model->forward(x), m.ctx.stream));
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, ForwardReplayGpu, ::testing::Values("none", "fp8_current", "fp8_block", "mxfp8"));
+// run.cuda_graph through the public Engine: every token count's forward is captured once and replayed; the outputs
+// are the bytes of the graph executor without replay, across changes of token count and back, and across a weights
+// reload (the captures of the old model go with it).
+std::string engine_yaml(const std::string& recipe, const std::string& device) {
+  return "name: replay\nmodel:\n  hidden: 128\n  layers: 2\n  dtype: bf16\n  block:\n"
+         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
+         "parallel: {tp: 1}\nprecision: {recipe: " + recipe + "}\nrun: {mode: infer, device: " + device +
+         ", tokens: 64, seed: 3}\n";
+}
+
+teengine::HostTensor host_input(int64_t tokens, float phase) {
+  std::vector<float> v(static_cast<size_t>(tokens) * 128);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase);
+  return teengine::HostTensor::from_floats({tokens, 128}, v);
+}
+
+TEST_P(ForwardReplayGpu, EngineCudaGraphEqualsGraphExecutor) {
+  TE_REQUIRE_GPU();
+  auto replayed = teengine::Engine::from_yaml_string(engine_yaml(GetParam(), "cuda"), {"run.cuda_graph=true"});
+  auto plain = teengine::Engine::from_yaml_string(engine_yaml(GetParam(), "cuda"));
+  for (int64_t tokens : {64, 16, 64, 16, 48})
+    for (float phase : {0.f, 1.f}) {
+      const auto x = host_input(tokens, phase + static_cast<float>(tokens));
+      EXPECT_EQ(replayed.forward(x).bytes, plain.forward(x).bytes) << GetParam() << ", " << tokens << " tokens";
+    }
+  const std::string path = ::testing::TempDir() + "/te_replay_weights.safetensors";
+  teengine::Engine::from_yaml_string(engine_yaml("none", "cuda"), {"run.seed=11"}).save_weights(path);
+  replayed.load_weights(path);
+  plain.load_weights(path);
+  const auto x = host_input(64, 5.f);
+  EXPECT_EQ(replayed.forward(x).bytes, plain.forward(x).bytes) << GetParam() << " after a reload";
+  std::remove(path.c_str());
+}
+
+// On the CPU the option is ignored with a warning (a spec written for a GPU still runs); what replay cannot cover
+// is a spec error naming the field.
+TEST(ForwardReplay, EngineCudaGraphOnTheCpuRunsWithoutReplay) {
+  auto replayed = teengine::Engine::from_yaml_string(engine_yaml("fp8_block", "cpu"), {"run.cuda_graph=true"});
+  auto plain = teengine::Engine::from_yaml_string(engine_yaml("fp8_block", "cpu"));
+  const auto x = host_input(64, 0.f);
+  EXPECT_EQ(replayed.forward(x).bytes, plain.forward(x).bytes);
+  for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
+           {"run.mode=train", "training steps run eagerly"},
+           {"parallel.tp=2", "needs tp 1"},
+           {"run.executor=eager", "graph executor"},
+           {"precision.recipe=fp8_delayed", "amax history"}}) {
+    try {
+      teengine::Engine::from_yaml_string(engine_yaml("fp8_block", "cpu"), {"run.cuda_graph=true", set});
+      FAIL() << set << " was accepted";
+    } catch (const teengine::Error& e) {
+      EXPECT_TRUE(e.is_input_error()) << e.what();
+      EXPECT_NE(std::string(e.what()).find("run.cuda_graph"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ForwardReplayGpu,
+                         ::testing::Values("none", "fp8_current", "fp8_block", "mxfp8", "nvfp4"));
 
 TEST(ForwardReplay, RefusedOnCpuWithTheReason) {
   ReplayModel m("none", Device::cpu());
