@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "engine/cuda_check.h"
@@ -490,6 +491,19 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
 // ---- emulation: MXFP8 / NVFP4 / mixed formats -----------------------------------------------------------------
 bool is_nvfp4(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
 
+// amax = 448·6 on `device`, made once per device: a copy from the host on every call would be a synchronising copy
+// inside a CUDA-graph capture, and the graph would read a freed buffer at replay. Kept until the process ends (never
+// destroyed: static teardown may come after the CUDA context).
+const Tensor& nvfp4_unit_amax(Device device) {
+  static std::mutex mu;
+  static auto* per_device = new std::map<int, Tensor>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = per_device->find(device.index);
+  if (it == per_device->end())
+    it = per_device->emplace(device.index, Tensor::from_f32({448.0f * 6.0f}, {1}, DType::f32, device)).first;
+  return it->second;
+}
+
 // The operand in [rows, cols] orientation as `dtype`, exact for MXFP8 and for NVFP4 without its global factor
 // (returned through *amax so it can go into alpha instead).
 Tensor emulated_operand(const GemmOperand& op, Usage u, DType dtype, GemmRole role, const char* name,
@@ -503,7 +517,7 @@ Tensor emulated_operand(const GemmOperand& op, Usage u, DType dtype, GemmRole ro
   if (is_nvfp4(q.format)) {
     *amax = u == Usage::rowwise ? q.rowwise_amax : q.columnwise_amax;
     // amax = 448·6 makes S_enc = S_dec = 1: the dequantized values are q · S_dec_b, exact in bf16.
-    Tensor unit = Tensor::from_f32({448.0f * 6.0f}, {1}, DType::f32, q.device());
+    const Tensor& unit = nvfp4_unit_amax(q.device());
     q.rowwise_amax = unit;
     q.columnwise_amax = unit;
   }
