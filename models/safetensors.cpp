@@ -16,6 +16,7 @@
 
 #include "engine/element.h"
 #include "engine/error.h"
+#include "models/checked_json.h"
 #include "models/spec_suggest.h"
 
 namespace te {
@@ -142,25 +143,17 @@ void SafetensorsReader::parse_header(std::string_view header, uint64_t data_byte
   if (header.empty() || header.front() != '{')
     fail(L, "the JSON header does not start with '{'", kReexport);
 
-  // Duplicate keys are legal JSON but ambiguous here; nlohmann keeps the last one silently, so catch them while
-  // parsing (one set of keys per open object).
-  std::vector<std::set<std::string>> open_objects;
-  auto on_event = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (ev == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (ev == json::parse_event_t::key && !open_objects.empty()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second)
-        fail(L, (open_objects.size() == 1 ? "tensor " : "key ") + quote(key) + " appears twice in the header",
-             "tensor names must be unique: re-export the file");
-    }
-    return true;
-  };
+  // Duplicate keys are legal JSON but ambiguous here, and a header is {name: {dtype, shape, data_offsets}} (plus
+  // __metadata__): nothing legitimate nests deeper than 3 levels, so 16 is generous (models/checked_json.h).
   json h;
   try {
-    h = json::parse(header.begin(), header.end(), on_event);
+    h = parse_checked_json(header, 16);
+  } catch (const JsonGuardError& e) {
+    if (e.kind == JsonGuardError::Kind::too_deep)
+      fail(L, "the JSON header nests deeper than 16 levels (a tensor entry is {dtype, shape, data_offsets})",
+           kReexport);
+    fail(L, (e.depth == 1 ? "tensor " : "key ") + quote(e.key) + " appears twice in the header",
+         "tensor names must be unique: re-export the file");
   } catch (const json::parse_error& e) {
     std::string why = e.what();
     if (why.find("UTF-8") != std::string::npos || why.find("surrogate") != std::string::npos)

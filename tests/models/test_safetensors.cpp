@@ -162,7 +162,46 @@ std::vector<BadCase> bad_file_cases() {
       {"UnknownField", file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", std::string(8, '\0')),
        {"tensor 'a'", "unknown field 'x'"}},
       {"MetadataNotStrings", file_of(R"({"__metadata__":{"k":1}})", ""), {"__metadata__", "not a string"}},
+      // 60,000 nested arrays in 120 KB: a bounded parse, not a stack overflow while building or printing the tree.
+      {"NestedShape60000Deep",
+       file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":" + std::string(60000, '[') + std::string(60000, ']') +
+                   ",\"data_offsets\":[0,4]}}",
+               std::string(4, '\0')),
+       {"nests deeper than 16 levels"}},
+      {"NestedOffsets60000Deep",
+       file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":" + std::string(60000, '[') +
+                   std::string(60000, ']') + "}}",
+               std::string(4, '\0')),
+       {"nests deeper than 16 levels"}},
+      {"NestedMetadata", file_of("{\"__metadata__\":" + std::string(40, '[') + std::string(40, ']') + "}", ""),
+       {"nests deeper than 16 levels"}},
   };
+}
+
+// A sharded checkpoint's header can list hundreds of thousands of tensors: the parse stays linear (the duplicate-key
+// check used to rescan the top-level object at every tensor, quadratic), and a duplicate at the very end is still
+// found. 300,000 entries here (docs/PERFORMANCE.md has the time per 100,000).
+std::string many_tensors_file(int n, bool duplicate_last) {
+  std::string h = "{";
+  for (int i = 0; i < n; ++i) {
+    const std::string name = duplicate_last && i == n - 1 ? "t0000000" : "t" + std::to_string(10000000 + i).substr(1);
+    h += (i ? "," : "") + entry(name, "F32", "[1]", 4ull * static_cast<uint64_t>(i), 4ull * static_cast<uint64_t>(i) + 4);
+  }
+  return file_of(h + "}", std::string(4 * static_cast<size_t>(n), '\0'));
+}
+
+TEST(Safetensors, ThreeHundredThousandTensorsParseAndKeepTheirOrder) {
+  const SafetensorsReader r = SafetensorsReader::from_bytes(many_tensors_file(300000, false), "many.safetensors");
+  ASSERT_EQ(r.entries().size(), 300000u);
+  EXPECT_EQ(r.entries().front().name, "t0000000");
+  EXPECT_EQ(r.entries().back().name, "t0299999");
+  EXPECT_EQ(r.entry("t0123456").begin, 4u * 123456u);
+  try {
+    SafetensorsReader::from_bytes(many_tensors_file(300000, true), "dup.safetensors");
+    FAIL() << "a duplicate name at the end of a large header was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 't0000000' appears twice"), std::string::npos) << e.what();
+  }
 }
 
 class BadFile : public ::testing::TestWithParam<BadCase> {};
