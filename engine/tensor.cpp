@@ -15,7 +15,20 @@
 namespace te {
 
 int64_t shape_numel(const Shape& s) {
-  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
+  // Every byte count derived from a shape must fit in int64 (nbytes multiplies by up to 64 bits per element), so a
+  // shape that no memory could hold is refused here, where any tensor, request or file shape is first counted,
+  // instead of wrapping to a small number that passes later checks.
+  int64_t n = 1;
+  bool too_big = false;
+  for (int64_t d : s) {
+    if (d < 0) TE_INPUT_ERROR("shape " << shape_str(s) << " has a negative dimension", "dimensions are sizes (>= 0)");
+    if (d == 0) return 0;
+    too_big = too_big || __builtin_mul_overflow(n, d, &n) || n > kMaxNumel;
+  }
+  if (too_big)
+    TE_INPUT_ERROR("shape " << shape_str(s) << " has more than 2^56 elements: no memory holds it",
+                   "check the shape (a wrapped or uninitialised size?)");
+  return n;
 }
 
 std::string shape_str(const Shape& s) {

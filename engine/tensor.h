@@ -15,6 +15,9 @@
 namespace te {
 
 using Shape = std::vector<int64_t>;
+// Elements of a shape. Throws te::InputError for a negative dimension or more than kMaxNumel elements (their byte
+// count could overflow int64).
+constexpr int64_t kMaxNumel = int64_t{1} << 56;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"
 Shape contiguous_strides(const Shape& s);

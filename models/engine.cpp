@@ -134,11 +134,11 @@ te::Tensor host_to_tensor(const HostTensor& h, te::PinnedHostBuffer& staging) {
   if (!dt || !te::is_high_precision(*dt))
     TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
   const te::Shape shape(h.shape.begin(), h.shape.end());
-  const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));
-  TE_CHECK_HINT(static_cast<int64_t>(h.bytes.size()) == nbytes,
-                "input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
-                               << " needs " << nbytes,
-                "fill HostTensor::bytes to match its shape and dtype");
+  const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));  // refuses shapes that overflow
+  if (static_cast<int64_t>(h.bytes.size()) != nbytes)
+    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
+                                  << " needs " << nbytes,
+                   "fill HostTensor::bytes to match its shape and dtype");
   te::Tensor t = staging.view(shape, *dt);
   std::memcpy(t.data_ptr(), h.bytes.data(), h.bytes.size());
   return t;
@@ -167,15 +167,20 @@ te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, int i, te::DType
 }
 
 StagedTensor Engine::Impl::stage(const HostTensor& h) {
-  te::Tensor x = host_to_tensor(h, *staging);
+  // The request's shape first, from its fields alone: nothing is copied or allocated for a request that cannot run.
+  const te::Shape shape(h.shape.begin(), h.shape.end());
   const int64_t hidden = spec().model.hidden;
-  if (x.dim() != 2 || x.size(1) != hidden)
-    TE_INPUT_ERROR("input has shape " << te::shape_str(x.shape()) << " but the model takes [tokens, " << hidden << "]",
+  (void)te::shape_numel(shape);  // negative or overflowing dimensions
+  if (shape.size() != 2 || shape[1] != hidden)
+    TE_INPUT_ERROR("input has shape " << te::shape_str(shape) << " but the model takes [tokens, " << hidden << "]",
                    "give a 2-D input whose last dimension is model.hidden");
-  if (spec().parallel.sequence_parallel && world() > 1 && x.size(0) % world() != 0)
-    TE_INPUT_ERROR("input has " << x.size(0) << " tokens, not divisible by tp " << world()
-                                << " under sequence parallelism",
-                   "use a token count that is a multiple of parallel.tp");
+  if (shape[0] == 0)
+    TE_INPUT_ERROR("input has no tokens (shape " << te::shape_str(shape) << ")", "send at least one token");
+  if (spec().parallel.sequence_parallel && world() > 1 && shape[0] % world() != 0)
+    TE_INPUT_ERROR(
+        "input has " << shape[0] << " tokens, not divisible by tp " << world() << " under sequence parallelism",
+        "use a token count that is a multiple of parallel.tp");
+  te::Tensor x = host_to_tensor(h, *staging);
   auto out = std::make_shared<StagedTensor::Impl>();
   out->owner = this;
   out->tokens = x.size(0);
@@ -271,8 +276,8 @@ te::Tensor Engine::Impl::replay_forward(const te::Tensor& x) {
 }
 
 float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, double* device_ms) {
-  TE_CHECK_HINT(spec().run.mode == te::RunMode::train, "train_step on an inference engine",
-                "set run.mode: train in the spec (or --set run.mode=train)");
+  if (spec().run.mode != te::RunMode::train)
+    TE_INPUT_ERROR("train_step on an inference engine", "set run.mode: train in the spec (or --set run.mode=train)");
   if (x.tokens != t.tokens)
     TE_INPUT_ERROR("target has " << t.tokens << " tokens but the input has " << x.tokens,
                    "give a target with the input's shape [tokens, hidden]");

@@ -1,0 +1,96 @@
+// Requests a serving process must survive: every malformed HostTensor is a teengine::Error with is_input_error(),
+// raised before anything is allocated for it, and the Engine answers the next good request with the same bytes.
+#include <gtest/gtest.h>
+#include <teengine/teengine.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string model(const std::string& mode) {
+  return "name: requests\nmodel:\n  hidden: 128\n  layers: 1\n  dtype: bf16\n  block:\n"
+         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
+         "parallel: {tp: 2, sequence_parallel: true, comm: local}\nprecision: {recipe: fp8_block}\n"
+         "run: {mode: " +
+         mode + ", device: cpu, tokens: 64, seed: 5, optimizer: {type: sgd, lr: 0.1}}\n";
+}
+
+teengine::HostTensor tensor(std::vector<int64_t> shape, std::string dtype, size_t bytes) {
+  teengine::HostTensor h;
+  h.shape = std::move(shape);
+  h.dtype = std::move(dtype);
+  h.bytes.resize(bytes);
+  return h;
+}
+
+teengine::HostTensor good(int64_t tokens) {
+  std::vector<float> v(static_cast<size_t>(tokens) * 128);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.11f * static_cast<float>(i));
+  return teengine::HostTensor::from_floats({tokens, 128}, v);
+}
+
+struct BadRequest {
+  const char* name;
+  teengine::HostTensor input;
+  const char* expect;  // a substring of the message
+};
+
+std::vector<BadRequest> bad_requests() {
+  return {
+      {"ShapeWrapsInt64", tensor({int64_t{1} << 62, 128}, "f32", 0), "2^56"},
+      {"ShapeProductWraps", tensor({int64_t{1} << 40, int64_t{1} << 40}, "bf16", 0), "2^56"},
+      {"HugeButNoBytes", tensor({int64_t{1} << 40, 128}, "f32", 0), "bytes"},
+      {"NegativeTokens", tensor({-4, 128}, "f32", 0), "negative"},
+      {"ZeroTokens", tensor({0, 128}, "f32", 0), "no tokens"},
+      {"BytesShort", tensor({64, 128}, "f32", 100), "holds 100 bytes"},
+      {"WrongDType", tensor({64, 128}, "int8", 64 * 128), "dtype 'int8'"},
+      {"ThreeDims", tensor({2, 32, 128}, "f32", 2 * 32 * 128 * 4), "[tokens, 128]"},
+      {"WrongHidden", tensor({64, 100}, "f32", 64 * 100 * 4), "[tokens, 128]"},
+      {"TokensNotDivisibleByTp", tensor({63, 128}, "f32", 63 * 128 * 4), "not divisible by tp 2"},
+  };
+}
+
+TEST(EngineRequests, EveryBadRequestIsAnInputErrorAndTheEngineStaysUsable) {
+  auto e = teengine::Engine::from_yaml_string(model("infer"));
+  const auto before = e.forward(good(64)).bytes;
+  for (const BadRequest& r : bad_requests()) {
+    try {
+      (void)e.forward(r.input);
+      ADD_FAILURE() << r.name << ": accepted";
+    } catch (const teengine::Error& err) {
+      EXPECT_TRUE(err.is_input_error()) << r.name << ": " << err.what();
+      EXPECT_NE(std::string(err.what()).find(r.expect), std::string::npos) << r.name << ": " << err.what();
+    }
+    try {
+      (void)e.stage(r.input);
+      ADD_FAILURE() << r.name << ": staged";
+    } catch (const teengine::Error& err) {
+      EXPECT_TRUE(err.is_input_error()) << r.name << " (stage): " << err.what();
+    }
+  }
+  EXPECT_EQ(e.forward(good(64)).bytes, before);
+}
+
+TEST(EngineRequests, TrainingRequestsThatCannotRunAreInputErrors) {
+  auto infer = teengine::Engine::from_yaml_string(model("infer"));
+  try {
+    infer.train_step(good(64), good(64));
+    FAIL() << "train_step on an inference engine ran";
+  } catch (const teengine::Error& err) {
+    EXPECT_TRUE(err.is_input_error()) << err.what();
+    EXPECT_NE(std::string(err.what()).find("run.mode"), std::string::npos) << err.what();
+  }
+  auto train = teengine::Engine::from_yaml_string(model("train"));
+  try {
+    train.train_step(good(64), good(32));
+    FAIL() << "a target of another shape was accepted";
+  } catch (const teengine::Error& err) {
+    EXPECT_TRUE(err.is_input_error()) << err.what();
+  }
+  EXPECT_TRUE(std::isfinite(train.train_step(good(64), good(64))));
+}
+
+}  // namespace
