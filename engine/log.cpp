@@ -9,11 +9,7 @@ namespace te {
 namespace {
 LogLevel level_from_env() {
   const char* v = std::getenv("TEENGINE_LOG");
-  if (!v) return LogLevel::warn;
-  if (!std::strcmp(v, "error")) return LogLevel::error;
-  if (!std::strcmp(v, "info")) return LogLevel::info;
-  if (!std::strcmp(v, "debug")) return LogLevel::debug;
-  return LogLevel::warn;
+  return v ? log_level_from_name(v).value_or(LogLevel::warn) : LogLevel::warn;
 }
 std::atomic<int>& level_ref() {
   static std::atomic<int> level{static_cast<int>(level_from_env())};
@@ -34,6 +30,20 @@ const char* level_name(LogLevel l) {
   return "?";
 }
 }  // namespace
+
+std::optional<LogLevel> log_level_from_name(std::string_view name) {
+  for (LogLevel l : {LogLevel::error, LogLevel::warn, LogLevel::info, LogLevel::debug})
+    if (name == level_name(l)) return l;
+  return std::nullopt;
+}
+
+std::string log_env_problem() {
+  const char* v = std::getenv("TEENGINE_LOG");
+  if (!v || log_level_from_name(v)) return "";
+  std::string shown(v);
+  if (shown.size() > 40) shown = shown.substr(0, 40) + "...";
+  return "TEENGINE_LOG='" + shown + "' is not a log level (error | warn | info | debug)";
+}
 
 LogLevel log_level() { return static_cast<LogLevel>(level_ref().load()); }
 void set_log_level(LogLevel level) { level_ref() = static_cast<int>(level); }

@@ -3,7 +3,9 @@
 #pragma once
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/error.h"
 
@@ -18,6 +20,9 @@ void log_message(LogLevel level, const std::string& message);
 // Tests capture log lines; nullptr restores stderr. Returns the previous sink.
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 LogSink set_log_sink(LogSink sink);
+std::optional<LogLevel> log_level_from_name(std::string_view name);  // "error" | "warn" | "info" | "debug"
+// Why TEENGINE_LOG cannot be used ("" when unset or valid; the level then stays warn): the CLI refuses to start.
+std::string log_env_problem();
 // "rank R: " in a process started by a launcher with WORLD_SIZE > 1 (RANK, WORLD_SIZE), else "": stderr lines of
 // several ranks stay attributable.
 const std::string& rank_prefix();

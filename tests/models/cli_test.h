@@ -35,9 +35,10 @@ class CliTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  Result run(const std::string& args) {
+  // `env`: variable assignments for this run only, e.g. "TEENGINE_LOG=debug".
+  Result run(const std::string& args, const std::string& env = "") {
     const std::filesystem::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = "'" + exe_ + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+    const std::string cmd = env + " '" + exe_ + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
     const int st = std::system(cmd.c_str());
     return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
   }

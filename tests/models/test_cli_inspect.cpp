@@ -49,6 +49,28 @@ TEST_F(InspectCli, GoodFileTableAndJson) {
   EXPECT_EQ(j["metadata"]["format"], "pt");
 }
 
+// An error tells the user what and where, with the hint; the failing call and the source location are for
+// TEENGINE_LOG=debug. An unknown TEENGINE_LOG is refused before anything runs.
+TEST_F(InspectCli, SourceLocationsOnlyAtDebugAndABadLogLevelIsRefused) {
+  const fs::path p = dir_ / "deep.safetensors";
+  const std::string header = "{\"a\":{\"dtype\":\"F32\",\"shape\":" + std::string(60000, '[') +
+                             std::string(60000, ']') + ",\"data_offsets\":[0,4]}}";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  std::ofstream(p, std::ios::binary) << bytes << header << std::string(4, '\0');
+  Result r = run("inspect '" + p.string() + "'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("error: " + p.string() + ": the JSON header nests deeper than 16 levels", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("  hint: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("  at: "), std::string::npos) << r.err;
+  r = run("inspect '" + p.string() + "'", "TEENGINE_LOG=debug");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("  at: "), std::string::npos) << r.err;
+  r = run("info", "TEENGINE_LOG=bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("TEENGINE_LOG='bogus' is not a log level"), std::string::npos) << r.err;
+}
+
 TEST_F(InspectCli, BadFilesExitTwoWithOneMessage) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"truncated", std::string("\x05\x00", 2)},

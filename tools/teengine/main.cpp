@@ -1,13 +1,33 @@
 // teengine: the command line. Maps te::InputError to exit 2, other te::Error to exit 1, usage errors to exit 2.
-#include <cstdio>
-#include <vector>
-
 #include <teengine/teengine.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/log.h"
 #include "te_config.h"
 #include "tools/teengine/commands.h"
+
+namespace {
+// An error as a user reads it: what and where, the hint; the failing call and the source location only at
+// TEENGINE_LOG=debug (they are for whoever debugs the engine, not for whoever fixes the input).
+void print_error(const std::string& what) {
+  const bool debug = te::log_enabled(te::LogLevel::debug);
+  std::string out;
+  size_t start = 0;
+  while (start <= what.size()) {
+    const size_t end = std::min(what.find('\n', start), what.size());
+    const std::string line = what.substr(start, end - start);
+    if (debug || (line.rfind("  call: ", 0) != 0 && line.rfind("  at: ", 0) != 0))
+      out += (out.empty() ? "" : "\n") + line;
+    start = end + 1;
+  }
+  std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), out.c_str());
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"teengine — transformer blocks with tensor/sequence parallelism and low-precision recipes"};
@@ -32,20 +52,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "\n%s", app.help().c_str());
     return 2;
   }
+  if (const std::string bad = te::log_env_problem(); !bad.empty()) {
+    std::fprintf(stderr, "error: %s\n  hint: unset it or pick one of those\n", bad.c_str());
+    return 2;
+  }
   try {
     for (const auto& c : commands)
       if (c.sub->parsed()) return c.run();
   } catch (const teengine::Error& e) {
-    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
+    print_error(e.what());
     return e.is_input_error() ? 2 : 1;
   } catch (const te::InputError& e) {
-    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
+    print_error(e.what());
     return 2;
   } catch (const te::Error& e) {
-    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
+    print_error(e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), e.what());
+    print_error(e.what());
     return 1;
   }
   return 2;
