@@ -184,8 +184,10 @@ std::vector<BadCase> bad_file_cases() {
 std::string many_tensors_file(int n, bool duplicate_last) {
   std::string h = "{";
   for (int i = 0; i < n; ++i) {
-    const std::string name = duplicate_last && i == n - 1 ? "t0000000" : "t" + std::to_string(10000000 + i).substr(1);
-    h += (i ? "," : "") + entry(name, "F32", "[1]", 4ull * static_cast<uint64_t>(i), 4ull * static_cast<uint64_t>(i) + 4);
+    std::string name = std::to_string(10000000 + (duplicate_last && i == n - 1 ? 0 : i));
+    name[0] = 't';  // t0000000 … t0299999
+    if (i) h += ',';
+    h += entry(name, "F32", "[1]", 4ull * static_cast<uint64_t>(i), 4ull * static_cast<uint64_t>(i) + 4);
   }
   return file_of(h + "}", std::string(4 * static_cast<size_t>(n), '\0'));
 }

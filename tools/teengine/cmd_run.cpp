@@ -19,6 +19,7 @@
 #include "models/safetensors.h"
 #include "models/spec.h"
 #include "tools/teengine/commands.h"
+#include "tools/teengine/output_set.h"
 
 namespace te::cli {
 namespace {
@@ -48,6 +49,14 @@ Tensor from_host(const teengine::HostTensor& h) {
   return t;
 }
 
+// Collective under a launcher: every rank calls save_weights; rank 0 writes, into the set's temporary file.
+void save_weights(teengine::Engine& engine, OutputSet& outputs, const std::string& path, bool root) {
+  if (root)
+    outputs.stage("--save-weights", [&](const std::string& tmp) { engine.save_weights(tmp); });
+  else
+    engine.save_weights(path);  // rank 0 alone writes files
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -68,6 +77,10 @@ void progress(int64_t step, int64_t steps, float loss, double ms) {
 
 int run(const RunOptions& o) {
   ModelSpec spec = load_spec_file(o.model, o.sets);
+  // Every output path checked before any work; written as one set at the end (tools/teengine/output_set.h).
+  OutputSet outputs({{"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}},
+                    {o.model, spec.weights_path, o.input});
+  OutputSet::install_signal_cleanup();
   const int64_t tokens = spec.run.tokens, hidden = spec.model.hidden;
   const bool train = spec.run.mode == RunMode::train;
 
@@ -102,7 +115,11 @@ int run(const RunOptions& o) {
       if (root) progress(s, spec.run.steps, loss, engine.last_step_ms());
       if (!std::isfinite(loss) && !o.keep_going) {
         // The engine skipped this step's update: what --save-weights writes is the last good step.
-        if (!o.save_weights.empty()) engine.save_weights(o.save_weights);
+        if (!o.save_weights.empty()) {
+          OutputSet weights({{"--save-weights", o.save_weights}}, {o.model, spec.weights_path, o.input});
+          save_weights(engine, weights, o.save_weights, root);
+          if (root) weights.commit();
+        }
         TE_THROW("loss is not finite at step " << s << " (" << loss << "); the update was skipped"
                                                << (o.save_weights.empty() ? "" : ", weights of step " +
                                                                                      std::to_string(s - 1) +
@@ -120,7 +137,7 @@ int run(const RunOptions& o) {
   nlohmann::json metrics = nlohmann::json::parse(engine.metrics_json());
   // Collective under a launcher: every rank takes part, rank 0 writes.
   const teengine::HostTensor host_out = out.defined() ? engine.to_host(out) : teengine::HostTensor();
-  if (!o.save_weights.empty()) engine.save_weights(o.save_weights);
+  if (!o.save_weights.empty()) save_weights(engine, outputs, o.save_weights, root);
   if (!root) return 0;
   const std::vector<double> wall = metrics["step_ms"].get<std::vector<double>>(),
                             device = metrics["device_ms"].get<std::vector<double>>();
@@ -148,17 +165,12 @@ int run(const RunOptions& o) {
               static_cast<long long>(g["fallback"]["bytes"].get<int64_t>()));
   if (!o.output.empty()) {
     Tensor t = from_host(host_out);
-    write_safetensors(o.output, {{"output", Tensor::from_f32(t.to_f32_vector(), t.shape(), spec.model.dtype)}});
+    outputs.stage("--output", [&](const std::string& tmp) {
+      write_safetensors(tmp, {{"output", Tensor::from_f32(t.to_f32_vector(), t.shape(), spec.model.dtype)}});
+    });
   }
-  if (!o.json.empty()) {
-    const std::string tmp = o.json + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << metrics.dump(2) << "\n";
-      if (!f) TE_INPUT_ERROR("cannot write " << o.json, "check the directory exists and is writable");
-    }
-    std::rename(tmp.c_str(), o.json.c_str());
-  }
+  if (!o.json.empty()) outputs.stage_text("--json", metrics.dump(2) + "\n");
+  outputs.commit();
   return 0;
 }
 }  // namespace
