@@ -109,6 +109,9 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   r.label_ = path;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a safetensors file", "pass a file");
+  // A FIFO or device would block the open or never end: only regular files (after symlinks) are read.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    fail(path, "is not a regular file (a FIFO, device or socket)", "pass a safetensors file");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno), "check the path and its permissions");
   f.seekg(0, std::ios::end);

@@ -396,6 +396,8 @@ ModelSpec parse_spec(std::string_view yaml, const std::string& source, const std
 ModelSpec load_spec_file(const std::string& path, const std::vector<std::string>& sets) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) TE_INPUT_ERROR(path << ": is a directory", "pass a .yaml file");
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    TE_INPUT_ERROR(path << ": is not a regular file (a FIFO, device or socket)", "pass a .yaml file");
   std::ifstream f(path, std::ios::binary);
   if (!f) TE_INPUT_ERROR(path << ": cannot open the model spec", "check the path (e.g. models/tiny.yaml)");
   std::ostringstream ss;

@@ -43,6 +43,18 @@ TEST_F(OutputsCli, AFifoIsRefusedAndStaysAFifo) {
   }
 }
 
+// Inputs that would block or never end (a FIFO as the spec, --input or weights) are input errors, not hangs.
+TEST_F(OutputsCli, AFifoAsAnInputIsAnErrorNotAHang) {
+  const std::string fifo = path("in.pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& args : {"run " + fifo, "run " + model() + fast() + "--input " + fifo,
+                                  "run " + model() + fast() + "--set weights=" + fifo, "inspect " + fifo}) {
+    Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 TEST_F(OutputsCli, TheSpecAndTheWeightsAreNeverOverwritten) {
   const std::string spec = path("m.yaml");
   fs::copy_file(model(), spec);
