@@ -1,7 +1,8 @@
 // docs/MODEL-YAML.md documents the spec the parser accepts. The key lists come from the parser's own table
 // (models/spec_tables.h kSpecMaps, which its unknown-key check reads), so a key added to the parser without a row
 // in the document, or a row left behind for a key that is gone, fails here. A key is documented by a table row of
-// its own that starts with its full path in backticks: "| `run.optimizer.betas` | ...".
+// its own that starts with its full path in backticks, in a table whose header starts "| key |":
+// "| `run.optimizer.betas` | ...".
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -31,12 +32,16 @@ std::string doc_text() {
   return s.str();
 }
 
-// The paths of the rows "| `PATH` | ..." (PATH without spaces).
+// The paths of the rows "| `PATH` | ..." in tables whose header starts "| key |" (other tables list values).
 std::set<std::string> documented_keys(const std::string& doc) {
   std::set<std::string> keys;
   std::istringstream in(doc);
+  bool in_table = false, key_table = false;
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("| `", 0) != 0) continue;
+    const bool row = line.rfind("|", 0) == 0;
+    if (row && !in_table) key_table = line.rfind("| key |", 0) == 0;  // the header row
+    in_table = row;
+    if (!key_table || line.rfind("| `", 0) != 0) continue;
     const size_t end = line.find('`', 3);
     if (end == std::string::npos) continue;
     const std::string path = line.substr(3, end - 3);
