@@ -2,7 +2,8 @@
 // reduce_scatter) or reduce in place (all_reduce); several collectives can be launched together (one rendezvous,
 // one NCCL group). Every launch returns a Work whose wait() completes it — failing with te::Error, never hanging,
 // when a peer does not arrive within the timeout — and then runs the post-processing attached to it.
-// Backends: local (threads of one process, comm/local_communicator.h) and nccl (comm/nccl_communicator.h).
+// Backends: local (threads of one process, comm/local_communicator.h), gloo (CPU processes,
+// comm/gloo_communicator.h) and nccl (comm/nccl_communicator.h).
 #pragma once
 #include <chrono>
 #include <cstdint>

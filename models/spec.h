@@ -1,4 +1,4 @@
-// The model spec (YAML, issue 7): parsed with yaml-cpp into a validated ModelSpec.
+// The model spec (YAML; every key in docs/MODEL-YAML.md): parsed with yaml-cpp into a validated ModelSpec.
 //
 //   name: tiny
 //   model:

@@ -113,13 +113,7 @@ LayerSpec read_layer(const Ctx& c, const YAML::Node& item, const std::string& pa
   for (const auto& [n, k] : kKinds)
     if (n == kind_name) l.kind = k;
   const std::string lp = one.sub(kind_name);
-  std::vector<std::string> allowed = {"name", "bias"};
-  if (l.kind == LayerKind::layernorm_mlp) {
-    allowed.insert(allowed.end(), {"ffn", "activation"});
-  } else {
-    allowed.push_back("out");
-  }
-  Fields f(c, one.get(kind_name), lp, allowed, false);
+  Fields f(c, one.get(kind_name), lp, map_keys("model.block[b][i]." + kind_name), false);
   const YAML::Node name = f.require("name", "every layer needs a name, e.g. name: proj");
   l.name = read_string(c, name, f.sub("name"));
   if (!valid_name(l.name))
@@ -172,7 +166,7 @@ void read_block(const Ctx& c, const YAML::Node& block, const std::string& path, 
 // ---- sections ----------------------------------------------------------------------------------------------------
 
 void read_model(const Ctx& c, const YAML::Node& n, ModelSection& m, int tp) {
-  Fields f(c, n, "model", {"hidden", "layers", "dtype", "norm", "block"}, false);
+  Fields f(c, n, "model", map_keys("model"), false);
   m.hidden = read_int(c, f.require("hidden", "set model.hidden, e.g. hidden: 256"), "model.hidden", 1, kMaxFeatures,
                       "hidden is the model width");
   if (f.has("layers"))
@@ -183,7 +177,7 @@ void read_model(const Ctx& c, const YAML::Node& n, ModelSection& m, int tp) {
     if (norm.IsScalar()) {  // shorthand `norm: rmsnorm`
       m.norm = read_enum(c, norm, "model.norm", kNorms);
     } else {
-      Fields nf(c, norm, "model.norm", {"type", "eps"});
+      Fields nf(c, norm, "model.norm", map_keys("model.norm"));
       if (nf.has("type")) m.norm = read_enum(c, nf.get("type"), "model.norm.type", kNorms);
       if (nf.has("eps")) {
         m.eps = read_float(c, nf.get("eps"), "model.norm.eps");
@@ -195,7 +189,7 @@ void read_model(const Ctx& c, const YAML::Node& n, ModelSection& m, int tp) {
 }
 
 void read_parallel(const Ctx& c, const YAML::Node& n, ParallelSpec& p) {
-  Fields f(c, n, "parallel", {"tp", "sequence_parallel", "comm", "timeout_s"});
+  Fields f(c, n, "parallel", map_keys("parallel"));
   if (f.has("tp"))
     p.tp = static_cast<int>(read_int(c, f.get("tp"), "parallel.tp", 1, 4096, "tp is the tensor-parallel group size"));
   if (f.has("sequence_parallel"))
@@ -213,8 +207,7 @@ void read_precision(const Ctx& c, const YAML::Node& n, PrecisionSpec& p) {
   if (n.IsScalar() && !n.IsNull()) {  // shorthand `precision: fp8_block`
     p.recipe = read_enum(c, n, "precision", recipes());
   } else {
-    Fields f(c, n, "precision",
-             {"recipe", "fp8_format", "amax_history_len", "amax_algo", "margin", "pow2_scales", "amax_epsilon"});
+    Fields f(c, n, "precision", map_keys("precision"));
     if (f.has("recipe")) p.recipe = read_enum(c, f.get("recipe"), "precision.recipe", recipes());
     const RecipeRow& row = recipe_row(p.recipe);
     // The options the recipe's row names; any other option set is an error (it would be silently ignored).
@@ -252,7 +245,7 @@ void read_precision(const Ctx& c, const YAML::Node& n, PrecisionSpec& p) {
 }
 
 void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
-  Fields f(c, n, "run.optimizer", {"type", "lr", "momentum", "weight_decay", "betas", "eps"});
+  Fields f(c, n, "run.optimizer", map_keys("run.optimizer"));
   if (f.has("type")) o.type = read_enum(c, f.get("type"), "run.optimizer.type", kOptims);
   auto positive = [&](const std::string& key, double& v, bool zero_ok, double upper) {
     if (!f.has(key)) return;
@@ -288,7 +281,7 @@ void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
 }
 
 void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
-  Fields f(c, n, "run", {"mode", "executor", "cuda_graph", "device", "tokens", "steps", "seed", "optimizer"});
+  Fields f(c, n, "run", map_keys("run"));
   if (f.has("mode")) r.mode = read_enum(c, f.get("mode"), "run.mode", kRunModes);
   if (f.has("executor")) r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
   if (f.has("cuda_graph")) r.cuda_graph = read_bool(c, f.get("cuda_graph"), "run.cuda_graph");
@@ -316,7 +309,7 @@ ModelSpec validate(const Ctx& c, const YAML::Node& root) {
   s.source = c.source();
   if (!root.IsDefined() || root.IsNull())
     c.fail(root, "", "the spec is empty", "see models/tiny.yaml for a complete example");
-  Fields top(c, root, "", {"name", "model", "parallel", "precision", "run", "weights"}, false);
+  Fields top(c, root, "", map_keys(""), false);
   s.name = std::filesystem::path(c.source()).stem().string();
   if (top.has("name")) {
     s.name = read_string(c, top.get("name"), "name");

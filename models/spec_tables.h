@@ -1,6 +1,8 @@
-// The name tables of the model spec's enums: one table per enum, shared by the parser (did-you-mean) and the
-// name functions in spec.cpp.
+// The model spec's tables: the names of its enums (one table per enum, shared by the parser's did-you-mean and the
+// name functions in spec.cpp), and the keys every map of the spec accepts (the parser's unknown-key check reads
+// them; tests/models/test_spec_docs.cpp checks that docs/MODEL-YAML.md documents each one).
 #pragma once
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,6 +39,48 @@ inline const Table<ForwardExecutor> kExecutors = {{"graph", ForwardExecutor::gra
                                                   {"eager", ForwardExecutor::eager}};
 inline const Table<OptimizerType> kOptims = {{"sgd", OptimizerType::sgd}, {"adamw", OptimizerType::adamw}};
 inline const Table<DType> kModelDTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
+
+// ---- accepted keys ----------------------------------------------------------------------------------------------
+
+inline constexpr std::string_view kTopKeys[] = {"name", "model", "parallel", "precision", "run", "weights"};
+inline constexpr std::string_view kModelKeys[] = {"hidden", "layers", "dtype", "norm", "block"};
+inline constexpr std::string_view kNormKeys[] = {"type", "eps"};
+// A layer is a one-key map {KIND: {...}}; its kinds are kKinds. The keys inside, per kind:
+inline constexpr std::string_view kLinearKeys[] = {"name", "bias", "out"};                  // layernorm_linear, linear
+inline constexpr std::string_view kMlpKeys[] = {"name", "bias", "ffn", "activation"};       // layernorm_mlp
+inline constexpr std::string_view kParallelKeys[] = {"tp", "sequence_parallel", "comm", "timeout_s"};
+inline constexpr std::string_view kPrecisionKeys[] = {"recipe",    "fp8_format",  "amax_history_len", "amax_algo",
+                                                      "margin",    "pow2_scales", "amax_epsilon"};
+inline constexpr std::string_view kRunKeys[] = {"mode",   "executor", "cuda_graph", "device",
+                                                "tokens", "steps",    "seed",       "optimizer"};
+inline constexpr std::string_view kOptimizerKeys[] = {"type", "lr", "momentum", "weight_decay", "betas", "eps"};
+
+// Every map of the spec and its keys. `path` is how docs/MODEL-YAML.md and the parser's messages name the map;
+// `[b][i]` stands for a branch and a layer index.
+struct SpecMap {
+  std::string_view path;
+  std::span<const std::string_view> keys;
+};
+inline constexpr SpecMap kSpecMaps[] = {
+    {"", kTopKeys},
+    {"model", kModelKeys},
+    {"model.norm", kNormKeys},
+    {"model.block[b][i].layernorm_linear", kLinearKeys},
+    {"model.block[b][i].linear", kLinearKeys},
+    {"model.block[b][i].layernorm_mlp", kMlpKeys},
+    {"parallel", kParallelKeys},
+    {"precision", kPrecisionKeys},
+    {"run", kRunKeys},
+    {"run.optimizer", kOptimizerKeys},
+};
+
+// The keys of the map at `path` (a kSpecMaps path), as the parser's unknown-key check takes them; empty for a path
+// that is not in kSpecMaps (so every key there is rejected).
+inline std::vector<std::string> map_keys(std::string_view path) {
+  for (const SpecMap& m : kSpecMaps)
+    if (m.path == path) return {m.keys.begin(), m.keys.end()};
+  return {};
+}
 
 template <class E>
 std::string_view name_of(const Table<E>& t, E v) {

@@ -5,7 +5,8 @@
 // on the tensor cores (fp8 converted exactly to f16, mma.sync m16n8k16, fp32 accumulation).
 // Status (H200, docs/PERFORMANCE.md): correct, but it reads the weight at ~1.1 TB/s for 16 rows and slower for more,
 // against cuBLASLt's ~2.1 TB/s, so GemmKernel::automatic does not choose it. ncu: instruction/latency-bound (every
-// warp converts the token rows it multiplies; 25 % occupancy), not bandwidth-bound — the work issue 8 target 4 needs.
+// warp converts the token rows it multiplies; 25 % occupancy), not bandwidth-bound; beating cuBLASLt at few tokens
+// needs that fixed first.
 //
 // Numerics: every 128-wide K block is accumulated on its own and then added to the fp32 result times the block's
 // scales ("split accumulation", as cuBLASLt does for block scaling); per-tensor scales multiply once at the end.

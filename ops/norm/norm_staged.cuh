@@ -11,7 +11,7 @@
 // 128-byte line and the kernel ran 5 % slower. Same per-row arithmetic and reduction order as the per-row kernels.
 // The fused norm + FP8 quantize on this loop (emit = the quantize rounds) measured slower for LayerNorm (54.9
 // against 52.8 µs at bf16 8192 × 4096: 128 registers and spills with the held block values), faster only for
-// RMSNorm (44.0 against 45.6): not taken (docs/PERFORMANCE.md, tenth session).
+// RMSNorm (44.0 against 45.6), so it is not used.
 #pragma once
 #include <type_traits>
 

@@ -17,8 +17,8 @@ std::string models_dir() {
   return d ? d : "models";
 }
 
-// The issue-7 example, verbatim.
-const char* kIssueExample = R"(name: tiny
+// A complete spec with comments, as a user would write it.
+const char* kExample = R"(name: tiny
 model:
   hidden: 256
   layers: 2
@@ -34,8 +34,8 @@ run: {mode: infer, device: auto, tokens: 1000, steps: 1, seed: 1234,
 weights: null                 # safetensors path (global tensors); null → seeded init
 )";
 
-TEST(Spec, IssueExampleParsesWithColumnRowAssignment) {
-  ModelSpec s = parse_spec(kIssueExample, "issue.yaml");
+TEST(Spec, ExampleParsesWithColumnRowAssignment) {
+  ModelSpec s = parse_spec(kExample, "example.yaml");
   EXPECT_EQ(s.name, "tiny");
   EXPECT_EQ(s.model.hidden, 256);
   EXPECT_EQ(s.model.layers, 2);
@@ -69,7 +69,7 @@ TEST(Spec, IssueExampleParsesWithColumnRowAssignment) {
 }
 
 TEST(Spec, ParameterNamesShapesAndShards) {
-  ModelSpec s = parse_spec(kIssueExample, "issue.yaml");
+  ModelSpec s = parse_spec(kExample, "example.yaml");
   const auto params = parameter_specs(s);
   // Per layer: qkv (ln w, ln b, w, b) + proj (w, b) + mlp (ln w, ln b, fc1 w, fc1 b, fc2 w, fc2 b) = 12.
   ASSERT_EQ(params.size(), 24u);
@@ -134,7 +134,7 @@ TEST(Spec, ShippedModelsParse) {
 }
 
 TEST(Spec, OverridesApplyBeforeValidation) {
-  ModelSpec s = parse_spec(kIssueExample, "issue.yaml",
+  ModelSpec s = parse_spec(kExample, "example.yaml",
                            {"precision.recipe=mxfp8", "run.tokens=2048", "model.block[1][0].layernorm_mlp.ffn=512",
                             "weights=w/x.safetensors", "run.optimizer.betas=[0.8, 0.99]"});
   EXPECT_EQ(s.precision.recipe, Recipe::mxfp8);
@@ -142,7 +142,7 @@ TEST(Spec, OverridesApplyBeforeValidation) {
   EXPECT_EQ(s.model.block[1][0].ffn, 512);
   EXPECT_EQ(s.weights_path, "w/x.safetensors");  // --set paths are relative to the working directory
   EXPECT_DOUBLE_EQ(s.run.optimizer.beta1, 0.8);
-  ModelSpec f = parse_spec(std::string(kIssueExample) + "", "cfg/issue.yaml", {});
+  ModelSpec f = parse_spec(std::string(kExample) + "", "cfg/example.yaml", {});
   ModelSpec g = parse_spec("weights: w.safetensors\nmodel: {hidden: 8, block: [[{layernorm_mlp: {name: m, ffn: 8}}]]}",
                            "cfg/m.yaml");
   EXPECT_EQ(g.weights_path, "cfg/w.safetensors");  // file paths are relative to the spec's directory

@@ -7,8 +7,8 @@ sides share the call. Prints a table of ratios teengine / PyTorch and writes all
 Same math on both sides: teengine's module is a residual branch, out = x + MLP(x) (FC2's bias rides in the residual
 add), and its training step computes the mean-squared-error loss and its gradient before the backward. The PyTorch
 reference ("torch ms") does the same: x + MLP(x), and mse_loss(out, target).backward(). The bare MLP without the
-residual (and, for the step, backward from a given dy: the issue's reference figures) is timed too and printed as
-"mlp-only ms" with its own ratio, so both comparisons are on record.
+residual (and, for the step, backward from a given dy) is timed too and printed as "mlp-only ms" with its own ratio,
+so both comparisons are on record.
 
   python3 tools/bench/compare_torch.py --teengine build/tools/teengine/teengine [--json out.json]
 """

@@ -1,11 +1,12 @@
 // LayerNorm forward variants (bf16 [M, H], bf16 gamma/beta), each checked bit-equal (y, mean, rstd) to the library's
 // per-row kernel (ops/norm/norm.cu, compiled in here) and then timed in the same process, interleaved, against
-// memcpy. The ninth session's search for issue 4's last few percent (docs/PERFORMANCE.md): persistent blocks with
-// staged rows, a global row counter, bulk stores, blocks of K rows, and a bisection of the library's staged kernel.
-// The tenth session's question: why `teengine bench norm` timed the same kernel 5 % slower than this program. Not the
-// data, buffer placement, host path or timing loop (the variants on the bench's Tensors and the bench-loop replica
-// below) but the build: here other kernels' `extern __shared__ __align__(128)` arrays aligned the staged kernel's
-// dynamic shared memory too (extern shared arrays share one symbol per module), in the library it sat at byte 400.
+// memcpy: persistent blocks with staged rows, a global row counter, bulk stores, blocks of K rows, and a bisection
+// of the library's staged kernel — the variants behind the library's staged LayerNorm forward.
+// It also explains why `teengine bench norm` once timed the same kernel 5 % slower than this program: not the data,
+// buffer placement, host path or timing loop (the variants on the bench's Tensors and the bench-loop replica below)
+// but the build: here other kernels' `extern __shared__ __align__(128)` arrays aligned the staged kernel's dynamic
+// shared memory too (extern shared arrays share one symbol per module), while in the library it sat at byte 400
+// (the library now aligns it to 128 bytes itself).
 // Note: te::norm_forward here runs this program's copy of te::cuda::norm_forward (compiled from the included norm.cu,
 // it interposes the library's), so both sides of a comparison are this build's kernels.
 // Dev tool, not built by Meson. Build (from the repository root, after `ninja -C build`; the binary finds
@@ -95,7 +96,7 @@ __device__ __forceinline__ auto held_params(uint4 (&g)[I], uint4 (&b)[I]) {
   };
 }
 
-// ---- TMA ring, second round: gamma/beta held, x in registers, plus
+// ---- TMA ring, second form: gamma/beta held, x in registers, plus
 // kDyn: rows claimed from a global counter as stages are refilled (balances the last round; the last block to
 // finish resets the counter for the next launch), kStore: y written into the stage and sent by one bulk store.
 __device__ unsigned g_ctr[2];
