@@ -470,6 +470,8 @@ def self_check():
 
 # ---- inputs --------------------------------------------------------------------------------------------------
 def to_dtype(v, inp):
+    if math.isinf(v):
+        return v
     if inp == "f16":
         v = max(-65504.0, min(65504.0, v))
     elif inp == "bf16":
