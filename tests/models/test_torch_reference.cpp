@@ -49,10 +49,14 @@ TEST_P(TorchReference, OutputMatchesPyTorch) {
   // the bf16 reference. The recipe stays within the §7 sanity bound of the bf16 output.
   const bool exact_order = recipe == "none" || (tp == 1 && device == "cpu");
   EXPECT_LE(rel_l2(got, expected), exact_order ? 1e-2 : 3e-2) << recipe << " tp " << tp << " on " << device;
-  if (recipe != "none") EXPECT_LT(rel_l2(got, expected), rel_l2(got, bf16_expected));
+  if (recipe != "none") {
+    EXPECT_LT(rel_l2(got, expected), rel_l2(got, bf16_expected));
+  }
   // §7 sanity bound against bf16: 0.1, or 0.2 where NVFP4 is involved.
   EXPECT_LE(rel_l2(got, bf16_expected), recipe == "nvfp4" ? 0.2 : 0.1);
-  if (recipe != "none") EXPECT_GT(rel_l2(got, bf16_expected), 1e-3) << "the recipe did not quantize";
+  if (recipe != "none") {
+    EXPECT_GT(rel_l2(got, bf16_expected), 1e-3) << "the recipe did not quantize";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, TorchReference,
