@@ -1,6 +1,8 @@
 #include "engine/device.h"
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 
 #include "engine/error.h"
 #include "te_config.h"
@@ -115,6 +117,29 @@ Device parse_device(std::string_view spec) {
     return Device::cuda(index);
   }
   TE_INPUT_ERROR("device '" << spec << "' is not valid", "use auto, cpu, cuda or cuda:N");
+}
+
+int64_t available_memory_bytes(Device d) {
+  if (d.is_cpu()) {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (f >> key >> kib >> unit)
+      if (key == "MemAvailable:") return kib * 1024;
+    return -1;
+  }
+#if TE_WITH_CUDA
+  if (d.index < cuda_device_count()) {
+    int current = 0;
+    cudaGetDevice(&current);
+    size_t free_b = 0, total_b = 0;
+    const bool ok = cudaSetDevice(d.index) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+    cudaSetDevice(current);
+    if (ok) return static_cast<int64_t>(free_b);
+  }
+#endif
+  return -1;
 }
 
 void set_current_device(Device d) {

@@ -38,6 +38,9 @@ std::string no_gpu_reason();
 std::vector<GpuInfo> gpu_infos();
 // "auto" | "cpu" | "cuda" | "cuda:N". auto → cuda:0 when a GPU is present, else cpu. Throws InputError otherwise.
 Device parse_device(std::string_view spec);
+// Bytes a new allocation can still get on `d`: MemAvailable of /proc/meminfo for the CPU, the driver's free memory
+// for a GPU; -1 where it cannot be read (the caller then skips its check).
+int64_t available_memory_bytes(Device d);
 // Makes `d` current for the calling thread (cudaSetDevice); no-op for cpu.
 void set_current_device(Device d);
 // Multiprocessors of the GPU current on the calling thread (0 without one), for sizing grid-stride kernels' grids

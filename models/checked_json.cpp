@@ -45,8 +45,12 @@ class CheckedSax {
     leave();
     return dom_.end_array();
   }
-  bool parse_error(std::size_t pos, const std::string& token, const nlohmann::detail::exception& e) {
-    return dom_.parse_error(pos, token, e);
+  // Rethrown as its own type (parse_error, out_of_range, ...): the caller tells syntax from range errors by type.
+  [[noreturn]] bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    if (const auto* p = dynamic_cast<const json::parse_error*>(&e)) throw *p;
+    if (const auto* r = dynamic_cast<const json::out_of_range*>(&e)) throw *r;
+    if (const auto* t = dynamic_cast<const json::type_error*>(&e)) throw *t;
+    throw json::other_error::create(0, e.what(), nullptr);
   }
 
  private:

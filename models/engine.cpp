@@ -22,6 +22,7 @@
 #include "models/engine_impl.h"
 #include "ops/elementwise/elementwise.h"
 #include "models/forward_replay.h"
+#include "models/memory_estimate.h"
 #include "models/model_graph.h"
 #include "models/rank_group.h"
 #include "models/rank_model.h"
@@ -367,6 +368,7 @@ Engine::~Engine() = default;
 Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this file's namespace
   auto impl = std::make_unique<Engine::Impl>();
   const te::RankPlacement placement = te::place_ranks(spec);
+  te::check_memory_fits(spec, placement);  // before anything is allocated
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
   impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());

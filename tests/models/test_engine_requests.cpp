@@ -93,4 +93,23 @@ TEST(EngineRequests, TrainingRequestsThatCannotRunAreInputErrors) {
   EXPECT_TRUE(std::isfinite(train.train_step(good(64), good(64))));
 }
 
+// A model that cannot fit is refused from the spec before anything is allocated, naming the fields to change: a
+// hidden of 2^20 (terabytes of weights) and 100,000 layers used to allocate or initialise for minutes first.
+TEST(EngineRequests, AModelThatCannotFitIsRefusedBeforeAllocation) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"model.hidden=1048576", "model.block[0][0].layernorm_mlp.ffn=1048576"},  // 4 TiB of weights
+      {"model.layers=100000", "model.hidden=4096", "model.block[0][0].layernorm_mlp.ffn=16384"}};
+  for (const auto& sets : cases) {
+    try {
+      (void)teengine::Engine::from_yaml_string(model("infer"), sets);
+      FAIL() << sets[0] << " was accepted";
+    } catch (const teengine::Error& err) {
+      const std::string what = err.what();
+      EXPECT_TRUE(err.is_input_error()) << what;
+      EXPECT_NE(what.find("the model needs at least"), std::string::npos) << what;
+      for (const char* field : {"model.hidden", "model.layers", "run.tokens", "parallel.tp"})
+        EXPECT_NE(what.find(field), std::string::npos) << field << " in: " << what;
+    }
+  }
+}
 }  // namespace
