@@ -19,9 +19,9 @@ if [ "${1:-}" != "--quick" ]; then
   [ -d build-asan ] || meson setup build-asan -Dcuda=disabled -Dbuildtype=debugoptimized --unity on \
       -Db_sanitize=address,undefined -Db_lundef=false
   ninja -C build-asan -j "$jobs"
-  # The multi-process parity runs (minutes of model compute) run in the release build only; the Gloo communicator,
-  # the store and the launcher's faults stay under the sanitizers.
-  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 GTEST_FILTER='-*LaunchParity*' \
+  # The multi-process parity runs and the dropped-reduction sweep (minutes of model compute) run in the release
+  # build only; the Gloo communicator, the store and the launcher's faults stay under the sanitizers.
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 GTEST_FILTER='-*LaunchParity*:*ParityMutation*' \
       meson test -C build-asan --print-errorlogs --num-processes "$jobs"
   phase "ASan+UBSan build and tests"
   [ -d build-tsan ] || meson setup build-tsan -Dcuda=disabled -Dbuildtype=debugoptimized --unity on \
