@@ -97,7 +97,15 @@ GemmOperand ParallelLinear::local_input(const Tensor& x, RankContext& ctx, const
 
 QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s) {
   // act_forward_quantized decides fused vs act-then-quantize; either way the bytes are those of quantize(act(pre)).
-  // Training keeps the activation itself (the backward quantizes it column-wise for wgrad), from the same pass.
+  // Training needs the activation's column-wise copy for wgrad: where one fused pass writes both copies, the
+  // column-wise one is saved (half the bytes of the activation, and no second pass over it in the backward);
+  // otherwise the activation itself is kept, from the same pass, and quantized column-wise in the backward.
+  if (ctx.training && q_input_->can_fuse_activation(pre, Usage::both) && act != ActKind::swiglu) {
+    QuantizedTensor both = act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::both, s);
+    x_col_ = both;
+    x_col_->rowwise_data = x_col_->rowwise_scale_inv = x_col_->rowwise_amax = Tensor();
+    return both;
+  }
   return act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx),
                                ctx.training ? &x_ : nullptr);
 }
@@ -153,7 +161,7 @@ Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, 
 }
 
 Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
-  TE_CHECK(x_.defined(), "backward without a training forward (set run.mode: train)");
+  TE_CHECK(x_.defined() || x_col_, "backward without a training forward (set run.mode: train)");
   GemmOptions dgrad_opts;
   dgrad_opts.out_dtype = ctx.dtype;
   if (p_.bias) add_to_grad(*p_.bias, bias_grad(dy, DType::f32, ctx.stream), ctx.stream);
@@ -216,15 +224,19 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   }
   // wgrad before dgrad (nothing waits on a collective here): the saved input and its column-wise copy are gone
   // before dgrad allocates dx, the largest tensor of this layer's backward.
-  wgrad_into_grad(*p_.weight, dy_op, quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream), *ctx.gemm,
-                  ctx.stream);  // [H, N/W]
-  release_saved();
+  {  // scoped: the operand holds the saved input, which must be gone before dgrad allocates dx
+    const GemmOperand x_op =
+        x_col_ ? GemmOperand(*x_col_) : quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream);
+    wgrad_into_grad(*p_.weight, dy_op, x_op, *ctx.gemm, ctx.stream);  // [H, N/W]
+    release_saved();
+  }
   return gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
               ctx.stream);  // [T, N/W]
 }
 
 void ParallelLinear::release_saved() {
   x_ = Tensor();
+  x_col_.reset();
   mean_ = Tensor();
   rstd_ = Tensor();
   h_ = Tensor();

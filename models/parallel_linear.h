@@ -86,6 +86,7 @@ class ParallelLinear {
   std::optional<QuantizedTensor> weight_q_;
   // saved for backward
   Tensor x_, mean_, rstd_, h_;  // input, norm statistics, GEMM input (norm output or x), all local, HP
+  std::optional<QuantizedTensor> x_col_;  // instead of x_: the input's column-wise copy from a fused activation
 };
 
 }  // namespace te

@@ -1,8 +1,8 @@
 // Activation forward whose output is quantized into the copies `usages` names (row-wise and/or column-wise),
 // e.g. the FC2 input of an MLP under an FP8/FP4 recipe. The caller decides whether to quantize and passes the
 // Quantizer. Bytes equal act_forward(..., out_dtype) followed by quantizer.quantize(usages): the activation is rounded
-// to out_dtype first. GELU/ReLU into row-wise FP8 block 1D or MXFP8 on the GPU run as one fused pass
-// (Quantizer::quantize_activation).
+// to out_dtype first. GELU/ReLU into FP8 block 1D or MXFP8 (either or both copies) on the GPU run as one fused
+// pass (Quantizer::quantize_activation).
 #pragma once
 #include "ops/act/act.h"
 #include "ops/quant/quantizer.h"

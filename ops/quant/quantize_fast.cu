@@ -3,10 +3,10 @@
 // is quant_block.h's (scale, factor, stored scale), so CPU ≡ CUDA bit for bit still holds; only data movement
 // differs from the generic tile kernel in quantize.cu:
 //   row-wise only  — quantize_rowwise.cu: a lane owns 32 consecutive elements of a row, no shared memory.
-//   column-wise    — here: a CTA owns a 128x128 tile (16-bit input): the row-wise copy comes from registers, 8
-//                    elements per lane, the tile is parked in shared memory in the input dtype (34 KB), then each
-//                    thread walks 64 rows of one column for the column-wise copy (the two halves of a 128-row block
-//                    meet in shared memory).
+//   column-wise    — here: a CTA owns a 128x128 tile (16-bit input, optionally through a fused activation): the
+//                    tile is parked in shared memory in the input dtype (34 KB), the row-wise copy comes from there,
+//                    8 elements per lane, then each thread walks 32 rows of two columns for the column-wise copy
+//                    (the four quarters of a 128-row block meet in shared memory).
 // fp8 codes come from the hardware cvt.rn.satfinite pair conversion (same rounding and saturation as
 // e4m3_from_f32/e5m2_from_f32; NaN inputs take the software code, so NaN bits match too).
 #include <cuda_runtime.h>
@@ -16,6 +16,7 @@
 #include "engine/cuda_check.h"
 #include "engine/error.h"
 #include "ops/quant/quant_fast_common.cuh"
+#include "ops/quant/quant_pre_act.cuh"
 #include "ops/quant/quantize_fast.h"
 #include "ops/quant/quantize_rowwise.h"
 
@@ -59,10 +60,11 @@ __device__ __forceinline__ void store_code_run(uint8_t* dst, const uint32_t (&q)
 }
 
 // Column-wise (and optionally row-wise) copies of one 128x128 tile of 16-bit input; block size B along M for the
-// column copy (and along K for the row copy). The format and the input dtype are template parameters: with them
+// column copy (and along K for the row copy). With a fused activation (Act) the tile is parked in shared memory as
+// act(x) rounded to the input dtype, so both copies hold the bytes of act_forward followed by quantize. The format and the input dtype are template parameters: with them
 // constant the per-element code is a few instructions (run-time switches inlined per element made this kernel
 // 440 KB of straight-line code, and its warps waited on instruction fetch: 8% of copy bandwidth).
-template <QuantFormat F, bool kBf16>
+template <QuantFormat F, bool kBf16, QuantPreAct Act>
 __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantParams p_in, QuantOutputs out) {
   constexpr int B = F == QuantFormat::mxfp8 ? 32 : kTile;
   constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
@@ -90,6 +92,7 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int c = i * kThreads + tid, rr = c / 16, cc = (c % 16) * 8;
+    if constexpr (Act != QuantPreAct::none) raw[i] = act_round_word<Act, kIn>(raw[i]);  // zeros stay zeros
     *reinterpret_cast<uint4*>(&s[rr * kPitch + cc]) = raw[i];
   }
   __syncthreads();
@@ -193,16 +196,33 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
     quantize_rowwise_cuda(x, p, out, stream);
     return true;
   }
-  TE_CHECK(!fused, "fused activation → quantize is row-wise only");
-  if (x.dtype == DType::f32 || quant_ceil_div(x.K, kTile) > 65535) return false;
+  // The generic kernel has no fused activation: a fused request that cannot run here is the caller's error
+  // (Quantizer::can_fuse_activation screens for it).
+  const bool tile_ok = x.dtype != DType::f32 && quant_ceil_div(x.K, kTile) <= 65535 &&
+                       out.col.layout.store_transposed == mx;  // MXFP8 keeps [M, K] order, the FP8 formats store xᵀ
+  TE_CHECK(tile_ok || !fused, "fused activation → column-wise quantize has no tile path for " << x.M << "x" << x.K);
+  if (!tile_ok) return false;
   const dim3 grid(static_cast<unsigned>(quant_ceil_div(x.M, kTile)), static_cast<unsigned>(quant_ceil_div(x.K, kTile)));
-  // MXFP8 keeps x's [M, K] order for its column-wise copy, the FP8 formats store xᵀ: the kernel assumes exactly that.
-  if (out.col.layout.store_transposed != mx) return false;
   const bool bf = x.dtype == DType::bf16;
-  auto launch = [&](auto f) {
+  auto launch_act = [&](auto f, auto act) {
     constexpr QuantFormat F = decltype(f)::value;
-    if (bf) tile_kernel<F, true><<<grid, kThreads, 0, st>>>(x, p, out);
-    else tile_kernel<F, false><<<grid, kThreads, 0, st>>>(x, p, out);
+    constexpr QuantPreAct A = decltype(act)::value;
+    if (bf) tile_kernel<F, true, A><<<grid, kThreads, 0, st>>>(x, p, out);
+    else tile_kernel<F, false, A><<<grid, kThreads, 0, st>>>(x, p, out);
+  };
+  auto launch = [&](auto f) {
+    using None = std::integral_constant<QuantPreAct, QuantPreAct::none>;
+    using Gelu = std::integral_constant<QuantPreAct, QuantPreAct::gelu>;
+    using Relu = std::integral_constant<QuantPreAct, QuantPreAct::relu>;
+    if constexpr (decltype(f)::value == QuantFormat::fp8_per_tensor) {
+      launch_act(f, None{});  // a fused activation needs a block format (checked above)
+    } else {
+      switch (p.pre_act) {
+        case QuantPreAct::gelu: launch_act(f, Gelu{}); break;
+        case QuantPreAct::relu: launch_act(f, Relu{}); break;
+        default: launch_act(f, None{}); break;
+      }
+    }
   };
   using PerTensor = std::integral_constant<QuantFormat, QuantFormat::fp8_per_tensor>;
   using Block1d = std::integral_constant<QuantFormat, QuantFormat::fp8_block_1d>;

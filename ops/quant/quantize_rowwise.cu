@@ -12,9 +12,9 @@
 #include "engine/cuda_check.h"
 #include "engine/device.h"
 #include "engine/error.h"
-#include "ops/act/act_math.h"
 #include "ops/elementwise/cuda_common.cuh"
 #include "ops/quant/quant_fast_common.cuh"
+#include "ops/quant/quant_pre_act.cuh"
 #include "ops/quant/quantize_rowwise.h"
 
 namespace te {
@@ -40,21 +40,6 @@ __device__ __forceinline__ void load_chunk(const QuantInput& x, int64_t m, int64
   } else {
     unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2), kIn, v);
   }
-}
-
-// The fused activation on 16-bit input, two elements at a time: act_forward's formula rounded once to the input
-// dtype by cuda::round_pair, the rounding act_forward's store uses (its NaN is the canonical one). One conversion
-// per pair instead of one per element (conversions share the 16-per-clock pipe with GELU's MUFU ex2 and rcp).
-// a and b become the rounded values; returns the pair's bits.
-template <QuantPreAct Act, DType kIn>
-__device__ __forceinline__ uint32_t act_round_pair(float& a, float& b) {
-  static_assert(kIn == DType::bf16 || kIn == DType::f16);
-  using T = std::conditional_t<kIn == DType::bf16, cuda::BF16, cuda::F16>;
-  const auto act = [](float x) { return Act == QuantPreAct::gelu ? act_math::gelu(x) : act_math::relu(x); };
-  const uint32_t bits = cuda::round_pair<T>(act(a), act(b));
-  const float2 r = cuda::unpack_pair<T>(bits);
-  a = r.x, b = r.y;
-  return bits;
 }
 
 // max(acc, |x|) with NaN propagated (PTX max.NaN): one instruction per element; a NaN result sends the lane to

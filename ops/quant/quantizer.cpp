@@ -90,17 +90,23 @@ QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream&
   return quantize_impl(x, usages, stream, reduce, QuantPreAct::none);
 }
 
-bool Quantizer::can_fuse_activation(const Tensor& x) const {
+bool Quantizer::can_fuse_activation(const Tensor& x, Usage usages) const {
   const QuantFormat f = config_.format;
-  return (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && x.defined() && x.device().is_cuda() &&
-         (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && x.dim() >= 1 && x.is_contiguous() &&
-         x.size(x.dim() - 1) % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
+  const bool fast = (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && x.defined() &&
+                    x.device().is_cuda() && (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && x.dim() >= 1 &&
+                    x.is_contiguous() && x.size(x.dim() - 1) % 8 == 0 &&
+                    (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
+  if (!fast || usages == Usage::none) return false;
+  // The column-wise copy comes from the 128x128 tile kernel: at most 65535 tiles along the last dim.
+  return !has_usage(usages, Usage::columnwise) || (x.size(x.dim() - 1) + 127) / 128 <= 65535;
 }
 
-QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream,
+QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream,
                                                Tensor* act_out) {
-  TE_CHECK(can_fuse_activation(x), "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
-  return quantize_impl(x, Usage::rowwise, stream, {}, act, act_out);
+  TE_CHECK(can_fuse_activation(x, usages),
+           "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
+  TE_CHECK(!act_out || usages == Usage::rowwise, "quantize_activation: the activation is kept only with row-wise");
+  return quantize_impl(x, usages, stream, {}, act, act_out);
 }
 
 QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const Stream& stream,

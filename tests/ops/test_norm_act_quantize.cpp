@@ -235,5 +235,34 @@ TEST(ActQuantize, FusedRowwiseEqualsActThenQuantizeOnGpu) {
   }
 }
 
+// Both copies from one fused pass (what a training forward saves for FC2's wgrad) against act_forward then quantize
+// on the GPU: same bytes for each copy, tiles cut by both edges, non-finite inputs.
+TEST(ActQuantize, FusedBothCopiesEqualActThenQuantizeOnGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << no_gpu_reason();
+  for (QuantFormat f : {QuantFormat::fp8_block_1d, QuantFormat::mxfp8}) {
+    QuantizerConfig cfg = block_config(DType::fp8_e4m3, true);
+    cfg.format = f;
+    for (DType dt : {DType::bf16, DType::f16})
+      for (ActKind k : {ActKind::gelu, ActKind::relu})
+        for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 200}, {1024, 4096}, {8, 136}}) {
+          const Tensor x = activation_input(M, F, dt);
+          Quantizer fused(cfg), plain(cfg);
+          ASSERT_TRUE(fused.can_fuse_activation(x, Usage::both));
+          const QuantizedTensor a = act_forward_quantized(k, x, dt, fused, Usage::both);
+          const QuantizedTensor c = act_forward_quantized(k, x, dt, fused, Usage::columnwise);
+          const QuantizedTensor b = plain.quantize(act_forward(k, x, dt), Usage::both);
+          const std::string what = std::string(quant_format_name(f)) + " " + std::string(act_kind_name(k)) + " " +
+                                   std::string(dtype_name(dt)) + " " + std::to_string(M) + "x" + std::to_string(F);
+          EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;
+          EXPECT_EQ(bytes_of(a.rowwise_scale_inv), bytes_of(b.rowwise_scale_inv)) << what;
+          EXPECT_EQ(bytes_of(a.columnwise_data), bytes_of(b.columnwise_data)) << what;
+          EXPECT_EQ(bytes_of(a.columnwise_scale_inv), bytes_of(b.columnwise_scale_inv)) << what;
+          EXPECT_FALSE(c.rowwise_data.defined()) << what;
+          EXPECT_EQ(bytes_of(c.columnwise_data), bytes_of(b.columnwise_data)) << what;
+          EXPECT_EQ(bytes_of(c.columnwise_scale_inv), bytes_of(b.columnwise_scale_inv)) << what;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace te
