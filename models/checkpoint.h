@@ -8,15 +8,12 @@
 //   quantizer.<weight name>.<role>.{scale, amax_history, step_amax, history_count}
 //                                         delayed scaling's state of each linear's input/weight/grad quantizer
 //                                         (reduced over the group, so every rank's is the same: rank 0's is saved)
-//   __metadata__                          format "teengine-checkpoint", version, step (optimizer steps taken),
-//                                         spec_hash (model + precision + optimizer type: must match to load),
-//                                         run_hash (optimizer hyper-parameters, schedule, seed, steps: a different
-//                                         one loads with a warning that the run will not match), recipe,
-//                                         optimizer, tp, and whatever the caller adds (the CLI: data position).
+//   __metadata__                          format, version, step and the spec fields of models/checkpoint_header.h,
+//                                         and whatever the caller adds (the CLI: the data position)
 //
-// Under tensor parallelism the shards are gathered to rank 0, which writes the file (atomically: a temporary file,
-// then rename); on load each rank reads only its slices. The step counter is the only other state: the learning
-// rate (models/lr_schedule.h) and the batch order (models/dataset.h) are pure functions of it.
+// Under tensor parallelism the shards are gathered to rank 0, which writes the file (write_safetensors: a
+// temporary file, fsynced, then renamed); on load each rank reads only its slices. The step counter is the only
+// other state: the learning rate (models/lr_schedule.h) and the batch order (models/dataset.h) are functions of it.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -26,23 +23,12 @@
 
 namespace te {
 
-inline constexpr const char* kCheckpointFormat = "teengine-checkpoint";
-
-// FNV-1a over the fields a checkpoint's tensors depend on (model, precision, optimizer type), as 16 hex digits.
-std::string checkpoint_spec_hash(const ModelSpec& spec);
-// The same over what makes a continued run match an uninterrupted one (hyper-parameters, schedule, seed, steps).
-std::string checkpoint_run_hash(const ModelSpec& spec);
-
-// Collective (every rank calls it); rank 0 writes `path`. `metadata` is added to the header (not over the keys above).
+// Collective (every rank calls it); rank 0 writes `path`. `metadata` joins the header (never over its own keys).
 void save_checkpoint(RankGroup& group, int64_t step, const std::string& path,
                      const std::map<std::string, std::string>& metadata = {});
-// Validates `path` against the spec (te::InputError naming the file and the field that differs), then replaces the
-// models' weights, optimizer state and quantizer state; a bad file leaves the group as it was. Returns the header's
-// metadata (its "step" is the step to continue after).
+// Checks `path` against the spec (te::InputError naming the file and the field), then replaces the models' weights,
+// optimizer state and quantizer state; a bad file leaves the group as it was. Returns the header's metadata (its
+// "step" is the step to continue after).
 std::map<std::string, std::string> load_checkpoint(RankGroup& group, const std::string& path);
-
-// "step-00000100.safetensors"; and, for --resume: a file as is, or a directory's newest step-*.safetensors.
-std::string checkpoint_file_name(int64_t step);
-std::string resolve_checkpoint(const std::string& dir_or_file);
 
 }  // namespace te

@@ -437,7 +437,8 @@ std::map<std::string, std::string> Engine::load_checkpoint(const std::string& pa
   return translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     te::set_current_device(impl_->device());
-    std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);
+    std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
+    impl_->replays.clear();
     for (auto& g : impl_->graphs) g.reset();
     impl_->step = impl_->first_step = std::stoll(md.at("step"));
     return md;
@@ -452,7 +453,10 @@ float Engine::eval_loss(const StagedTensor& input, const StagedTensor& target) {
   });
 }
 
-void Engine::record_eval(int64_t step, float loss) { impl_->evals.emplace_back(step, loss); }
+void Engine::record_eval(int64_t step, float loss) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->evals.emplace_back(step, loss);
+}
 
 int64_t Engine::step() const { return impl_->step; }
 double Engine::last_lr() const { return impl_->last_lr; }

@@ -103,8 +103,10 @@ class Engine {
   // state unchanged); record_eval(step, loss) puts a figure (e.g. the mean over an eval set) into metrics_json's
   // `eval`. A checkpoint holds the global f32 masters, optimizer state, delayed-scaling state and step() in one
   // safetensors file, whatever tp wrote it (save_checkpoint is collective; rank 0 writes, atomically; `metadata`
-  // joins its header). load_checkpoint restores it (an input Error naming the file for another spec's
-  // checkpoint) and returns the header's metadata: training then continues bit-identically to a run never stopped.
+  // joins its header). load_checkpoint restores it and returns the header's metadata: training then continues
+  // bit-identically to a run never stopped. A checkpoint of another model, recipe or optimizer type is an input
+  // Error naming the file and the spec field that differs (and leaves the engine as it was); other
+  // hyper-parameters only log a warning. Both need run.mode: train.
   float eval_loss(const StagedTensor& input, const StagedTensor& target);
   void record_eval(int64_t step, float loss);
   void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;

@@ -3,7 +3,6 @@
 // seeded one) and takes its own tokens; rank 0 alone prints the summary and writes --output, --json and
 // --save-weights; the other ranks print only warnings and errors (prefixed with their rank).
 #include <teengine/teengine.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -20,6 +20,8 @@
 #include "models/spec.h"
 #include "tools/teengine/commands.h"
 #include "tools/teengine/output_set.h"
+#include "tools/teengine/checkpoint_dir.h"
+#include "tools/teengine/train_inputs.h"
 #include "tools/teengine/train_loop.h"
 
 namespace te::cli {
@@ -66,20 +68,35 @@ double median(std::vector<double> v) {
 
 int run(const RunOptions& o) {
   ModelSpec spec = load_spec_file(o.model, o.sets);
-  // Every output path checked before any work; written as one set at the end (tools/teengine/output_set.h).
-  OutputSet outputs({{"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}},
-                    {o.model, spec.weights_path, o.input});
-  OutputSet::install_signal_cleanup();
   const int64_t tokens = spec.run.tokens, hidden = spec.model.hidden;
   const bool train = spec.run.mode == RunMode::train;
-
   if (!train && (!o.checkpoint_dir.empty() || !o.resume.empty()))
     TE_INPUT_ERROR("--checkpoint-dir and --resume apply to training", "set run.mode: train (--set run.mode=train)");
-  // Inference input: from --input, else seeded: x ~ N(0, 1). Training data: train_loop.h.
+  const TrainOptions to{o.input, o.checkpoint_dir, o.resume, o.keep_going};
+
+  // Every output path checked before any work, against every file the run reads; written as one set at the end
+  // (tools/teengine/output_set.h). Checkpoints are checked with the training inputs, below.
+  std::vector<std::string> inputs = {o.model, spec.weights_path, o.input};
+  const std::string resume = train && !o.resume.empty() ? resolve_resume(o.resume) : "";
+  if (train) {
+    const std::vector<std::string> data = training_input_files(spec, to);
+    inputs.insert(inputs.end(), data.begin(), data.end());
+    if (!resume.empty()) inputs.push_back(resume);
+  }
+  const std::vector<OutputRequest> requests = {
+      {"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}};
+  OutputSet outputs(requests, inputs);
+  OutputSet::install_signal_cleanup();
+
+  // Inference input: from --input, else seeded: x ~ N(0, 1). Training data, eval set, the checkpoint to resume and
+  // the checkpoint paths: opened and checked here too, before the engine allocates anything (train_inputs.h).
   Tensor input;
-  if (!train && !o.input.empty()) {
+  std::optional<TrainInputs> train_in;
+  if (train) {
+    train_in.emplace(open_train_inputs(spec, to, resume, inputs, requests));
+  } else if (!o.input.empty()) {
     input = SafetensorsReader::open(o.input).read_converted("input", {tokens, hidden}, DType::f32);
-  } else if (!train) {
+  } else {
     input = Tensor::empty({tokens, hidden}, DType::f32);
     input.fill_normal(spec.run.seed ^ 0x1A2B3C4Dull);
   }
@@ -91,12 +108,12 @@ int run(const RunOptions& o) {
   // the host, and the output comes back once, below.
   teengine::StagedTensor x, out;
   if (train) {
-    const TrainLoopResult t = train_loop(engine, spec, {o.input, o.checkpoint_dir, o.resume, o.keep_going});
+    const TrainLoopResult t = train_loop(engine, spec, *train_in, o.keep_going);
     x = t.input;
     if (t.stopped) {
       // The engine skipped this step's update: what --save-weights writes is the last good step.
       if (!o.save_weights.empty()) {
-        OutputSet weights({{"--save-weights", o.save_weights}}, {o.model, spec.weights_path, o.input});
+        OutputSet weights({{"--save-weights", o.save_weights}}, inputs);
         save_weights(engine, weights, o.save_weights, root);
         if (root) weights.commit();
       }
@@ -162,7 +179,8 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("model", o->model, "model spec (YAML)")->required()->check(CLI::ExistingFile);
   sub->add_option("--set", o->sets, "override a spec field: a.b=value (repeatable)");
   sub->add_option("--input", o->input,
-                  "safetensors with `input` [tokens, hidden] (and `target` for training; [batches, tokens, hidden] too)");
+                  "safetensors with `input` [tokens, hidden] (and `target` for training, where [batches, tokens, "
+                  "hidden] also works)");
   sub->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "training: write checkpoints here (every run.checkpoint_every steps and after the last)");
   sub->add_option("--resume", o->resume, "training: continue from a checkpoint file or a --checkpoint-dir's newest");

@@ -1,22 +1,16 @@
-// The training loop of `teengine run` (run.mode: train): batches from run.data (or --input, or one seeded batch)
-// in the order of models/dataset.h, the learning-rate schedule (inside the Engine), eval loss every
-// run.eval_every steps, checkpoints every run.checkpoint_every steps into --checkpoint-dir, --resume, and the
-// progress lines (rank 0 only): one per step, rewritten in place when stdout is a terminal, then a summary.
+// The training loop of `teengine run` (run.mode: train): step s trains on the batch models/dataset.h's order gives
+// it, at the learning rate of the schedule (inside the Engine); eval loss every run.eval_every steps and after the
+// last; a checkpoint every run.checkpoint_every steps and after the last; --resume continues from a checkpoint's
+// step; progress on rank 0 (tools/teengine/train_progress.h).
 #pragma once
 #include <teengine/teengine.h>
 
-#include <string>
+#include <cstdint>
 
 #include "models/spec.h"
+#include "tools/teengine/train_inputs.h"
 
 namespace te::cli {
-
-struct TrainLoopOptions {
-  std::string input;           // --input: one batch ([tokens, hidden]) or [batches, tokens, hidden]
-  std::string checkpoint_dir;  // --checkpoint-dir
-  std::string resume;          // --resume: a checkpoint file or a --checkpoint-dir
-  bool keep_going = false;     // --keep-going: train past a non-finite loss
-};
 
 struct TrainLoopResult {
   teengine::StagedTensor input;  // the first batch's input, staged (what --output runs the trained model on)
@@ -25,7 +19,8 @@ struct TrainLoopResult {
   float loss = 0;
 };
 
-// Runs the steps after engine.step() up to spec.run.steps. Throws te::InputError for bad data or checkpoints.
-TrainLoopResult train_loop(teengine::Engine& engine, const ModelSpec& spec, const TrainLoopOptions& o);
+// Runs the steps after the resumed one (or 0) up to spec.run.steps. Throws te::InputError for a batch that cannot
+// be read or a checkpoint that cannot be loaded or written.
+TrainLoopResult train_loop(teengine::Engine& engine, const ModelSpec& spec, const TrainInputs& in, bool keep_going);
 
 }  // namespace te::cli
