@@ -19,7 +19,9 @@
 #include "engine/element.h"
 #include "engine/log.h"
 #include "engine/pinned_host.h"
+#include "models/checkpoint.h"
 #include "models/engine_impl.h"
+#include "models/lr_schedule.h"
 #include "ops/elementwise/elementwise.h"
 #include "models/forward_replay.h"
 #include "models/memory_estimate.h"
@@ -94,6 +96,10 @@ struct Engine::Impl {
   std::vector<double> step_ms, device_ms;
   std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
   std::vector<float> losses;
+  std::vector<double> lrs;  // per step: the learning rate it used
+  std::vector<std::pair<int64_t, float>> evals;  // (step, eval loss)
+  int64_t first_step = 0;   // the step the engine started from (a loaded checkpoint's)
+  double last_lr = 0;
   StepStats last;
   int64_t tokens_done = 0;
   double total_ms = 0;
@@ -122,6 +128,8 @@ struct Engine::Impl {
   double run_timed(const std::function<void(te::Communicator&, int)>& fn);
   StagedTensor run_forward(const StagedTensor::Impl& x, double* device_ms);
   float run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, double* device_ms);
+  float run_eval(const StagedTensor::Impl& x, const StagedTensor::Impl& target);
+  void check_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, const char* what) const;
   // The global [T, H] output from the ranks' rows (distributed: all-gathered from the other processes).
   HostTensor to_host(const StagedTensor::Impl& t);
   // Records a step on this process; distributed: collective (every rank's times and counters).
@@ -276,19 +284,37 @@ te::Tensor Engine::Impl::replay_forward(const te::Tensor& x) {
   return it->second.replay->replay().clone(ctx.stream);
 }
 
-float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, double* device_ms) {
+void Engine::Impl::check_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, const char* what) const {
   if (spec().run.mode != te::RunMode::train)
-    TE_INPUT_ERROR("train_step on an inference engine", "set run.mode: train in the spec (or --set run.mode=train)");
+    TE_INPUT_ERROR(what << " on an inference engine", "set run.mode: train in the spec (or --set run.mode=train)");
   if (x.tokens != t.tokens)
     TE_INPUT_ERROR("target has " << t.tokens << " tokens but the input has " << x.tokens,
                    "give a target with the input's shape [tokens, hidden]");
+}
+
+float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, double* device_ms) {
+  check_train(x, t, "train_step");
   ++step;
+  const double lr = te::learning_rate(spec().run.optimizer, spec().run.steps, step);
   std::vector<float> loss(x.rows.size());
   *device_ms = run_timed([&](te::Communicator&, int i) {
     const size_t k = static_cast<size_t>(i);
-    loss[k] = group->models[k]->train_step(x.rows[k], t.rows[k], step);
+    loss[k] = group->models[k]->train_step(x.rows[k], t.rows[k], step, lr);
   });
   losses.push_back(loss[0]);
+  lrs.push_back(lr);
+  last_lr = lr;
+  return loss[0];
+}
+
+float Engine::Impl::run_eval(const StagedTensor::Impl& x, const StagedTensor::Impl& t) {
+  check_train(x, t, "eval_loss");
+  std::vector<float> loss(x.rows.size());
+  te::run_ranks(group->comms, [&](te::Communicator& c) {
+    const size_t k = static_cast<size_t>(group->index_of(c));
+    loss[k] = group->models[k]->eval_loss(x.rows[k], t.rows[k]);
+    group->ctxs[k]->stream.synchronize();
+  });
   return loss[0];
 }
 
@@ -399,6 +425,42 @@ void Engine::save_weights(const std::string& path) const {
   });
 }
 
+void Engine::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());
+    te::save_checkpoint(*impl_->group, impl_->step, path, metadata);
+  });
+}
+
+std::map<std::string, std::string> Engine::load_checkpoint(const std::string& path) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());
+    std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
+    impl_->replays.clear();
+    for (auto& g : impl_->graphs) g.reset();
+    impl_->step = impl_->first_step = std::stoll(md.at("step"));
+    return md;
+  });
+}
+
+float Engine::eval_loss(const StagedTensor& input, const StagedTensor& target) {
+  return translate([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    te::set_current_device(impl_->device());
+    return impl_->run_eval(impl_->staged(input, "eval_loss's input"), impl_->staged(target, "eval_loss's target"));
+  });
+}
+
+void Engine::record_eval(int64_t step, float loss) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->evals.emplace_back(step, loss);
+}
+
+int64_t Engine::step() const { return impl_->step; }
+double Engine::last_lr() const { return impl_->last_lr; }
+
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -494,6 +556,8 @@ std::string Engine::metrics_json() const {
     peak = te::memory_stats(m.device()).peak_bytes;
     rss = peak_rss_bytes();
   }
+  nlohmann::json eval = nlohmann::json::array();
+  for (const auto& [s, l] : m.evals) eval.push_back({{"step", s}, {"loss", l}});
   nlohmann::json j = {
       {"model", m.spec().name},
       {"mode", std::string(te::run_mode_name(m.spec().run.mode))},
@@ -511,6 +575,10 @@ std::string Engine::metrics_json() const {
       {"peak_rss_bytes", rss},
       {"per_process", ranks},
       {"loss", m.losses},
+      {"lr", m.lrs},
+      {"first_step", m.first_step},
+      {"eval", eval},
+      {"eval_loss", m.evals.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.evals.back().second)},
       {"comm",
        {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
                     {"high_precision", pc(c.gather_hp)}}},

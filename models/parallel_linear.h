@@ -11,6 +11,7 @@
 // either path. Weights are quantized once per optimizer step (cached), with per-tensor amaxes reduced over the
 // group so tp = N matches tp = 1.
 #pragma once
+#include <array>
 #include <optional>
 
 #include "models/rank_context.h"
@@ -45,6 +46,19 @@ class ParallelLinear {
     return p_.weight->value.defined() ? nullptr : weight_q_ ? &*weight_q_ : nullptr;
   }
   int64_t weight_cache_bytes() const { return weight_q_ ? weight_q_->nbytes() : 0; }  // the quantized weight
+  // The layer's quantizers by role (null where the recipe has none): delayed scaling keeps state in them that a
+  // checkpoint saves and restores.
+  struct QuantizerRef {
+    const char* role;  // "input" | "weight" | "grad"
+    Quantizer* q;
+  };
+  std::array<QuantizerRef, 3> quantizers() {
+    return {{{"input", q_input_ ? &*q_input_ : nullptr},
+             {"weight", q_weight_ ? &*q_weight_ : nullptr},
+             {"grad", q_grad_ ? &*q_grad_ : nullptr}}};
+  }
+  // Drops what a forward saved for a backward that will not come (an eval forward of a training model).
+  void discard_saved() { release_saved(); }
   // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients).
   void update_forward_scales(RankContext& ctx);
   void update_backward_scales(RankContext& ctx);

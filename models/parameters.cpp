@@ -75,18 +75,20 @@ RankShards init_rank_params(const ModelSpec& spec, int rank, int tp) {
   return s;
 }
 
-RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int rank, int tp) {
+RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int rank, int tp,
+                            const std::string& prefix) {
   RankShards s{parameter_specs(spec), {}};
   SafetensorsReader r = SafetensorsReader::open(path);
   for (const ParamSpec& p : s.specs) {
+    const std::string name = prefix + p.name;
     if (p.shard_dim < 0 || tp == 1) {
-      s.values.push_back(r.read_converted(p.name, p.shape, DType::f32));
+      s.values.push_back(r.read_converted(name, p.shape, DType::f32));
       continue;
     }
     Tensor local = Tensor::empty(local_shape(p, tp), DType::f32);
     for (const Piece& piece : pieces(p, rank, tp))
       local.narrow(p.shard_dim, piece.local_begin, piece.length)
-          .copy_from(r.read_slice_converted(p.name, p.shape, p.shard_dim, piece.global_begin, piece.length, DType::f32));
+          .copy_from(r.read_slice_converted(name, p.shape, p.shard_dim, piece.global_begin, piece.length, DType::f32));
     s.values.push_back(local);
   }
   return s;

@@ -34,7 +34,9 @@ RankShards shard_params(const GlobalParams& global, int rank, int tp);
 RankShards init_rank_params(const ModelSpec& spec, int rank, int tp);
 // Reads only this rank's slices from a safetensors file of global tensors (by byte offsets; replicated tensors
 // whole), so a process holds about 1/tp of the sharded weights. Errors as load_params.
-RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int rank, int tp);
+// `prefix` is put before every parameter name (a checkpoint's optimizer state: "optimizer.exp_avg.").
+RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int rank, int tp,
+                            const std::string& prefix = "");
 
 // Rank `rank`'s shard of a global tensor (f32 host, contiguous). swiglu's FC1 halves are split separately.
 Tensor shard_param(const ParamSpec& p, const Tensor& global, int rank, int tp);

@@ -58,12 +58,21 @@ void RankGroup::load(const ShardSource& source) {
 }
 
 GlobalParams RankGroup::gather_params() {
+  return gather([](RankModel& m, size_t i) { return m.master_values(i); });
+}
+
+GlobalParams RankGroup::gather(const std::function<Tensor(RankModel&, size_t)>& shard_of) {
   GlobalParams g;
   g.specs = parameter_specs(spec);
   for (const ParamSpec& p : g.specs) g.values.push_back(Tensor::empty(p.shape, DType::f32));
   for (auto& m : models) m->ctx().stream.synchronize();
   if (!distributed()) {
-    for (auto& m : models) m->export_params(g);
+    for (auto& m : models)
+      for (size_t i = 0; i < g.specs.size(); ++i) {
+        Tensor host = shard_of(*m, i).to(Device::cpu(), m->ctx().stream);
+        m->ctx().stream.synchronize();
+        unshard_param(g.specs[i], host, m->ctx().rank(), m->ctx().world(), g.values[i]);
+      }
     return g;
   }
   // Every rank's master shard travels as bytes; each rank then places the W shards into the global tensors.
@@ -71,7 +80,7 @@ GlobalParams RankGroup::gather_params() {
   RankModel& m = *models[0];
   const int w = comm.size();
   for (size_t i = 0; i < g.specs.size(); ++i) {
-    const Tensor shard = m.master_values(i);
+    const Tensor shard = shard_of(m, i);
     Tensor all = Tensor::empty({w * shard.numel()}, DType::f32, shard.device(), m.ctx().stream);
     comm.all_gather(shard.contiguous().reshape({shard.numel()}), all, m.ctx().stream).wait();
     Tensor host = all.to(Device::cpu(), m.ctx().stream);

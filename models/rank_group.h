@@ -42,6 +42,9 @@ struct RankGroup {
   // The global tensors from every rank's masters. Distributed: collective (every rank must call it); the tensors
   // arrive on every rank.
   GlobalParams gather_params();
+  // The same for any per-parameter shard of the models (`shard_of(model, i)`: f32, parameter i's local shape), e.g.
+  // optimizer state: the global tensors, unsharded as the masters are.
+  GlobalParams gather(const std::function<Tensor(RankModel&, size_t)>& shard_of);
 
   ModelSpec spec;
   RankPlacement placement;

@@ -133,10 +133,15 @@ Tensor RankModel::backprop_branch(BranchStages& b, const Tensor& dy) {
 }
 
 Tensor RankModel::forward(const Tensor& x) {
+  Tensor h = forward_layers(x);
+  update_forward_scales();
+  return h;
+}
+
+Tensor RankModel::forward_layers(const Tensor& x) {
   Tensor h = x;
   for (auto& branches : layers_)
     for (BranchStages& b : branches) h = add(h, run_branch(b, h), Tensor(), ctx_.stream);  // residual
-  update_forward_scales();
   return h;
 }
 
@@ -147,18 +152,15 @@ void RankModel::update_forward_scales() {
         if (s.linear) s.linear->update_forward_scales(ctx_);
 }
 
-float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step) {
+float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
   const float loss = forward_backward(x, target);
   // Every rank sees the same global loss: a non-finite one skips the update too, so the weights stay those of the
   // last good step (the caller decides whether to stop or go on).
-  if (std::isfinite(loss)) optimizer_step(step);
+  if (std::isfinite(loss)) optimizer_step(step, lr);
   return loss;
 }
 
-float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
-  TE_CHECK(ctx_.training, "forward_backward on a model built for inference (set run.mode: train)");
-  begin_grad_step(params_);  // no zero fill: each gradient's first contribution writes it
-  Tensor out = forward(x);
+float RankModel::loss_and_grad(const Tensor& out, const Tensor& target, Tensor* grad) {
   // loss = Σ (out − target)² / (T·H) over the global tensor; every rank holds T/W (SP) or all T tokens.
   const int64_t global_tokens = out.size(0) * (ctx_.sequence_parallel ? ctx_.world() : 1);
   const double n = static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
@@ -166,13 +168,61 @@ float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
   // the host below.
   SquaredError se = squared_error(out, target, static_cast<float>(2.0 / n), ctx_.dtype, ctx_.stream);
   if (ctx_.gathers()) all_reduce(se.sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
-  const float loss = static_cast<float>(se.sum.to_f32_vector(ctx_.stream)[0] / n);
+  if (grad) *grad = se.grad;
+  return static_cast<float>(se.sum.to_f32_vector(ctx_.stream)[0] / n);
+}
+
+float RankModel::eval_loss(const Tensor& x, const Tensor& target) {
+  TE_CHECK(ctx_.training, "eval_loss on a model built for inference (set run.mode: train)");
+  // The forward below is the training forward (the same bytes as train_step's) without the delayed-scaling update
+  // after it. What it folds into the input quantizers' step amaxes is put back. A weight it quantizes stays
+  // cached, with its amax folded in: the next training forward would have done exactly that (same weights, same
+  // scale), and now uses the cache instead.
+  struct Saved {
+    Quantizer* q;
+    Tensor scale, history, step_amax, count;
+  };
+  std::vector<Saved> saved;
+  for (auto& [name, q] : quantizers())
+    if (q->has_delayed_state() && name.ends_with(".input"))
+      saved.push_back({q, q->scale().clone(ctx_.stream), q->amax_history().clone(ctx_.stream),
+                       q->step_amax().clone(ctx_.stream), q->history_count().clone(ctx_.stream)});
+  const float loss = loss_and_grad(forward_layers(x), target, nullptr);
+  for (auto& [name, q] : quantizers()) {
+    if (!name.ends_with(".input") || !q->has_delayed_state()) continue;
+    bool restored = false;
+    for (const Saved& s : saved)
+      if (s.q == q) {
+        q->restore_delayed_state(s.scale, s.history, s.step_amax, s.count, ctx_.device, ctx_.stream);
+        restored = true;
+      }
+    if (!restored) {  // its first quantize was this eval's: back to the state before any (scale 1, no history)
+      const Tensor one = Tensor::from_f32({1.0f}, {1}, DType::f32);
+      Tensor count = Tensor::empty({1}, DType::i64);
+      *static_cast<int64_t*>(count.data_ptr()) = 0;
+      q->restore_delayed_state(one, Tensor::zeros({q->config().amax_history_len}, DType::f32),
+                               Tensor::zeros({1}, DType::f32), count, ctx_.device, ctx_.stream);
+    }
+  }
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches)
+      for (Stage& s : b) {
+        if (s.linear) s.linear->discard_saved();
+        s.act_in = Tensor();
+      }
+  return loss;
+}
+
+float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
+  TE_CHECK(ctx_.training, "forward_backward on a model built for inference (set run.mode: train)");
+  begin_grad_step(params_);  // no zero fill: each gradient's first contribution writes it
+  Tensor dy;
+  const float loss = loss_and_grad(forward(x), target, &dy);
   if (!std::isfinite(loss)) {
     finish_grad_step(params_, ctx_.stream);  // no backward: every gradient is 0
     return loss;
   }
 
-  Tensor dy = se.grad;
   for (auto li = layers_.rbegin(); li != layers_.rend(); ++li)
     for (auto bi = li->rbegin(); bi != li->rend(); ++bi)
       dy = add(dy, backprop_branch(*bi, dy), Tensor(), ctx_.stream);  // residual: d(x + f(x)) = dy + f'ᵀ dy
@@ -184,7 +234,7 @@ float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
   return loss;
 }
 
-void RankModel::optimizer_step(int64_t step) {
+void RankModel::optimizer_step(int64_t step, double lr) {
   const OptimizerSpec& o = spec_.run.optimizer;
   std::vector<ParamSlot> slots;
   slots.reserve(params_.size());
@@ -195,17 +245,40 @@ void RankModel::optimizer_step(int64_t step) {
     slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});
   }
   if (o.type == OptimizerType::adamw) {
-    AdamWConfig c{static_cast<float>(o.lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+    AdamWConfig c{static_cast<float>(lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
                   static_cast<float>(o.eps), static_cast<float>(o.weight_decay)};
     adamw_step(slots, step, c, ctx_.stream);
   } else {
-    SgdConfig c{static_cast<float>(o.lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
+    SgdConfig c{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
     sgd_momentum_step(slots, c, ctx_.stream);
   }
   for (auto& branches : layers_)
     for (BranchStages& b : branches)
       for (Stage& s : b)
         if (s.linear) s.linear->invalidate_weight_cache();
+}
+
+void RankModel::set_optimizer_state(size_t i, const Tensor& state1, const Tensor& state2) {
+  RankParam& p = params_[i];
+  auto put = [&](Tensor& dst, const Tensor& src, const char* what) {
+    TE_CHECK(src.shape() == dst.shape() && src.dtype() == DType::f32,
+             p.spec->name << " " << what << ": expected f32 " << shape_str(dst.shape()) << ", got " << src.str());
+    dst.copy_from(src.contiguous(), ctx_.stream);
+  };
+  TE_CHECK(p.state1.defined(), "set_optimizer_state on a model built for inference");
+  put(p.state1, state1, "optimizer state 1");
+  if (state2.defined()) put(p.state2, state2, "optimizer state 2");
+}
+
+std::vector<std::pair<std::string, Quantizer*>> RankModel::quantizers() {
+  std::vector<std::pair<std::string, Quantizer*>> out;
+  for (auto& branches : layers_)
+    for (BranchStages& b : branches)
+      for (Stage& s : b)
+        if (s.linear)
+          for (const auto& [role, q] : s.linear->quantizers())
+            if (q) out.emplace_back(s.linear->params().weight->spec->name + "." + role, q);
+  return out;
 }
 
 RankModel::Memory RankModel::memory() const {

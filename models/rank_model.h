@@ -23,7 +23,11 @@ class RankModel {
   Tensor forward(const Tensor& x);
   // One optimizer step on mean((forward(x) - target)²) over all T·H elements; returns that loss (every rank).
   // A non-finite loss leaves the weights untouched (no backward, no update).
-  float train_step(const Tensor& x, const Tensor& target, int64_t step);
+  // `step` counts from 1 (AdamW's bias correction); `lr` is this step's learning rate (models/lr_schedule.h).
+  float train_step(const Tensor& x, const Tensor& target, int64_t step, double lr);
+  // The loss train_step would report on (x, target), with no backward and no update: the model's state (weights,
+  // optimizer, delayed-scaling history, weight caches) is left as it was.
+  float eval_loss(const Tensor& x, const Tensor& target);
   // The same without the optimizer update: loss, backward, and each parameter's grad holding this step's gradient
   // alone (written by its first contribution, models/param_grad.h). A non-finite loss skips backward and leaves
   // every grad 0.
@@ -44,6 +48,11 @@ class RankModel {
   RankContext& ctx() { return ctx_; }
   const ModelSpec& spec() const { return spec_; }
   const std::vector<RankParam>& params() const { return params_; }
+  // Optimizer state of parameter i (f32, this rank's shard): AdamW's moments / SGD's momentum (state2 undefined
+  // for SGD in what is saved). set_optimizer_state copies host or device tensors of the shard's shape in.
+  void set_optimizer_state(size_t i, const Tensor& state1, const Tensor& state2);
+  // Every quantizer of the model with its name, "<weight parameter>.<role>" (e.g. "layers.0.mlp.fc1_weight.input").
+  std::vector<std::pair<std::string, Quantizer*>> quantizers();
 
   // The model's structure, read by the model graph (models/model_graph.h) to build the same computation.
   struct Stage {
@@ -57,10 +66,12 @@ class RankModel {
   void update_forward_scales();
 
  private:
+  Tensor forward_layers(const Tensor& x);  // forward() without the delayed-scaling update after it
   Tensor run_branch(BranchStages& b, const Tensor& x);
   Tensor backprop_branch(BranchStages& b, const Tensor& dy);
   RankParam* param(const std::string& name);
-  void optimizer_step(int64_t step);
+  void optimizer_step(int64_t step, double lr);
+  float loss_and_grad(const Tensor& out, const Tensor& target, Tensor* grad);
 
   const ModelSpec& spec_;
   RankContext& ctx_;

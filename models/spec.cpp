@@ -19,6 +19,7 @@ std::string_view amax_algo_name(AmaxAlgo v) { return name_of(kAlgos, v); }
 std::string_view run_mode_name(RunMode v) { return name_of(kRunModes, v); }
 std::string_view executor_name(ForwardExecutor v) { return name_of(kExecutors, v); }
 std::string_view optimizer_type_name(OptimizerType v) { return name_of(kOptims, v); }
+std::string_view lr_schedule_name(LrScheduleType v) { return name_of(kSchedules, v); }
 std::optional<Recipe> recipe_from_name(std::string_view name) {
   for (const auto& [n, r] : recipes())
     if (n == name) return r;

@@ -12,6 +12,10 @@
 //   parallel: {tp: 4, sequence_parallel: true, comm: auto, timeout_s: 300}  # auto | local | gloo | nccl
 //   precision: {recipe: fp8_block}             # none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
 //   run: {mode: infer, device: auto, tokens: 1000, steps: 1, seed: 1234, optimizer: {type: adamw, lr: 1.0e-3}}
+//   run:                                       # training on a dataset (docs/MODEL-YAML.md, "Training data")
+//     data: data/        # safetensors file(s) or a directory of them: `input`/`target` [batches, tokens, hidden]
+//     eval_data: eval.safetensors, eval_every: 100, eval_batches: 0, shuffle: true, checkpoint_every: 500
+//     optimizer: {lr: 1.0e-3, schedule: {type: cosine, warmup_steps: 100, decay_steps: 0, min_lr: 1.0e-5}}
 //   weights: null                              # safetensors path (global tensors); null → seeded init
 //
 // Every defect is a te::InputError whose message starts with the location (`FILE:LINE:COL` of the offending node,
@@ -105,9 +109,21 @@ struct PrecisionSpec {
   double amax_epsilon = 0.0;                 // fp8_current, fp8_block
 };
 
+// The learning rate of step s (1-based), a pure function of s (models/lr_schedule.h): constant, or a linear
+// warm-up over `warmup_steps` then a cosine decay to `min_lr` over `decay_steps` (0: the rest of run.steps).
+enum class LrScheduleType : uint8_t { constant, cosine };
+std::string_view lr_schedule_name(LrScheduleType v);
+struct LrScheduleSpec {
+  LrScheduleType type = LrScheduleType::constant;
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;
+  double min_lr = 0.0;
+};
+
 struct OptimizerSpec {
   OptimizerType type = OptimizerType::adamw;
-  double lr = 1e-3;
+  double lr = 1e-3;  // the peak learning rate (after warm-up)
+  LrScheduleSpec schedule;
   double weight_decay = 0.0;
   double momentum = 0.0;                     // sgd
   double beta1 = 0.9, beta2 = 0.999;         // adamw (`betas: [b1, b2]`)
@@ -130,6 +146,15 @@ struct RunSpec {
   int64_t steps = 1;
   uint64_t seed = 1234;
   OptimizerSpec optimizer;
+  // Training data (models/dataset.h): safetensors files, each a directory of them or one file, as written and
+  // resolved (relative to the YAML file's directory; to the working directory when set with --set). Empty: the
+  // CLI's --input, else a seeded batch.
+  std::vector<std::string> data, data_paths;
+  std::vector<std::string> eval_data, eval_data_paths;  // the eval set, same format
+  bool shuffle = true;            // a new batch order each epoch, seeded by `seed` (models/dataset.h)
+  int64_t eval_every = 0;         // eval loss every N steps and after the last (0: never)
+  int64_t eval_batches = 0;       // batches of eval_data per evaluation (0: all)
+  int64_t checkpoint_every = 0;   // a checkpoint every N steps into --checkpoint-dir (0: only after the last)
 };
 
 struct ModelSpec {

@@ -244,6 +244,27 @@ void read_precision(const Ctx& c, const YAML::Node& n, PrecisionSpec& p) {
   }
 }
 
+void read_schedule(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
+  LrScheduleSpec& s = o.schedule;
+  Fields f(c, n, "run.optimizer.schedule", map_keys("run.optimizer.schedule"));
+  if (f.has("type")) s.type = read_enum(c, f.get("type"), f.sub("type"), kSchedules);
+  if (f.has("warmup_steps"))
+    s.warmup_steps = read_int(c, f.get("warmup_steps"), f.sub("warmup_steps"), 0, INT64_MAX / 2,
+                              "warmup_steps: steps of linear warm-up from 0 to lr (0: none)");
+  for (const char* k : {"decay_steps", "min_lr"})
+    if (f.has(k) && s.type != LrScheduleType::cosine)
+      c.fail(f.get(k), f.sub(k), "applies only to schedule type cosine", "remove it or set type: cosine");
+  if (f.has("decay_steps"))
+    s.decay_steps = read_int(c, f.get("decay_steps"), f.sub("decay_steps"), 0, INT64_MAX / 2,
+                             "decay_steps: steps of cosine decay after the warm-up (0: until run.steps)");
+  if (f.has("min_lr")) {
+    s.min_lr = read_float(c, f.get("min_lr"), f.sub("min_lr"));
+    if (!(s.min_lr >= 0 && s.min_lr <= o.lr))
+      c.fail(f.get("min_lr"), f.sub("min_lr"), "must be in [0, lr] (lr " + fmt_num(o.lr) + ")",
+             "e.g. min_lr: " + fmt_num(o.lr / 10));
+  }
+}
+
 void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
   Fields f(c, n, "run.optimizer", map_keys("run.optimizer"));
   if (f.has("type")) o.type = read_enum(c, f.get("type"), "run.optimizer.type", kOptims);
@@ -278,6 +299,31 @@ void read_optimizer(const Ctx& c, const YAML::Node& n, OptimizerSpec& o) {
       if (*dst[i] < 0 || *dst[i] >= 1) c.fail(b[i], bp, "must be in [0, 1)", "e.g. betas: [0.9, 0.999]");
     }
   }
+  if (f.has("schedule")) read_schedule(c, f.get("schedule"), o);
+}
+
+// A path or a list of paths; relative ones are taken from the YAML file's directory unless --set put them there.
+std::vector<std::string> read_paths(const Ctx& c, const YAML::Node& n, const std::string& path,
+                                    std::vector<std::string>& resolved) {
+  std::vector<std::string> out;
+  auto one = [&](const YAML::Node& item, const std::string& p) {
+    std::string v = read_string(c, item, p);
+    if (v.empty()) c.fail(item, p, "is an empty path", "give a safetensors file or a directory of them");
+    out.push_back(v);
+  };
+  if (n.IsSequence()) {
+    if (n.size() == 0) c.fail(n, path, "is an empty list", "give at least one safetensors file or directory");
+    for (size_t i = 0; i < n.size(); ++i) one(n[i], path + "[" + std::to_string(i) + "]");
+  } else {
+    one(n, path);
+  }
+  resolved.clear();
+  for (const std::string& v : out) {
+    std::filesystem::path p(v);
+    if (p.is_relative() && !c.overridden(path)) p = std::filesystem::path(c.source()).parent_path() / p;
+    resolved.push_back(p.lexically_normal().string());
+  }
+  return out;
 }
 
 void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
@@ -302,6 +348,21 @@ void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
   if (f.has("seed"))
     r.seed = static_cast<uint64_t>(read_int(c, f.get("seed"), "run.seed", 0, INT64_MAX, "seed: any integer ≥ 0"));
   if (f.has("optimizer")) read_optimizer(c, f.get("optimizer"), r.optimizer);
+  if (f.has("data") && !f.get("data").IsNull()) r.data = read_paths(c, f.get("data"), "run.data", r.data_paths);
+  if (f.has("eval_data") && !f.get("eval_data").IsNull())
+    r.eval_data = read_paths(c, f.get("eval_data"), "run.eval_data", r.eval_data_paths);
+  if (f.has("shuffle")) r.shuffle = read_bool(c, f.get("shuffle"), "run.shuffle");
+  if (f.has("eval_every"))
+    r.eval_every = read_int(c, f.get("eval_every"), "run.eval_every", 0, INT64_MAX, "eval_every: N steps (0: never)");
+  if (f.has("eval_batches"))
+    r.eval_batches = read_int(c, f.get("eval_batches"), "run.eval_batches", 0, INT64_MAX,
+                              "eval_batches: batches per evaluation (0: all)");
+  if (f.has("checkpoint_every"))
+    r.checkpoint_every = read_int(c, f.get("checkpoint_every"), "run.checkpoint_every", 0, INT64_MAX,
+                                  "checkpoint_every: N steps (0: only after the last step)");
+  if (r.eval_every > 0 && r.eval_data.empty())
+    c.fail(f.get("eval_every"), "run.eval_every", "is set but there is no eval set",
+           "add run.eval_data (a safetensors file or directory with input/target) or remove eval_every");
 }
 
 ModelSpec validate(const Ctx& c, const YAML::Node& root) {

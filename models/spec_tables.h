@@ -38,6 +38,8 @@ inline const Table<RunMode> kRunModes = {{"infer", RunMode::infer}, {"train", Ru
 inline const Table<ForwardExecutor> kExecutors = {{"graph", ForwardExecutor::graph},
                                                   {"eager", ForwardExecutor::eager}};
 inline const Table<OptimizerType> kOptims = {{"sgd", OptimizerType::sgd}, {"adamw", OptimizerType::adamw}};
+inline const Table<LrScheduleType> kSchedules = {{"constant", LrScheduleType::constant},
+                                                 {"cosine", LrScheduleType::cosine}};
 inline const Table<DType> kModelDTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}, {"f16", DType::f16}};
 
 // ---- accepted keys ----------------------------------------------------------------------------------------------
@@ -51,9 +53,13 @@ inline constexpr std::string_view kMlpKeys[] = {"name", "bias", "ffn", "activati
 inline constexpr std::string_view kParallelKeys[] = {"tp", "sequence_parallel", "comm", "timeout_s"};
 inline constexpr std::string_view kPrecisionKeys[] = {"recipe",    "fp8_format",  "amax_history_len", "amax_algo",
                                                       "margin",    "pow2_scales", "amax_epsilon"};
-inline constexpr std::string_view kRunKeys[] = {"mode",   "executor", "cuda_graph", "device",
-                                                "tokens", "steps",    "seed",       "optimizer"};
-inline constexpr std::string_view kOptimizerKeys[] = {"type", "lr", "momentum", "weight_decay", "betas", "eps"};
+inline constexpr std::string_view kRunKeys[] = {"mode",      "executor",   "cuda_graph",   "device",
+                                                "tokens",    "steps",      "seed",         "optimizer",
+                                                "data",      "eval_data",  "shuffle",      "eval_every",
+                                                "eval_batches", "checkpoint_every"};
+inline constexpr std::string_view kOptimizerKeys[] = {"type",  "lr",  "momentum", "weight_decay",
+                                                      "betas", "eps", "schedule"};
+inline constexpr std::string_view kScheduleKeys[] = {"type", "warmup_steps", "decay_steps", "min_lr"};
 
 // Every map of the spec and its keys. `path` is how docs/MODEL-YAML.md and the parser's messages name the map;
 // `[b][i]` stands for a branch and a layer index.
@@ -72,6 +78,7 @@ inline constexpr SpecMap kSpecMaps[] = {
     {"precision", kPrecisionKeys},
     {"run", kRunKeys},
     {"run.optimizer", kOptimizerKeys},
+    {"run.optimizer.schedule", kScheduleKeys},
 };
 
 // The keys of the map at `path` (a kSpecMaps path), as the parser's unknown-key check takes them; empty for a path

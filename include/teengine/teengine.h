@@ -19,6 +19,7 @@
 // fix; is_input_error() tells bad input (spec, weights, shapes) from runtime failures.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -87,7 +88,9 @@ class Engine {
   // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
   HostTensor forward(const HostTensor& input);
   // One optimizer step on MSE(forward(input), target); returns the loss. A non-finite loss skips the update, so
-  // the weights (and save_weights) stay those of the last good step.
+  // the weights (and save_weights) stay those of the last good step. The learning rate of step s is the spec's
+  // schedule at s (run.optimizer.schedule; last_lr() tells it), s counting every step since the start of training
+  // (a loaded checkpoint's steps included: step()).
   float train_step(const HostTensor& input, const HostTensor& target);
 
   // The same on staged tensors (see StagedTensor). stage() checks shape and dtype as forward() does.
@@ -96,8 +99,25 @@ class Engine {
   float train_step(const StagedTensor& input, const StagedTensor& target);
   HostTensor to_host(const StagedTensor& tensor);  // [tokens, hidden], model dtype
 
+  // Training runs. eval_loss: the loss train_step would report, with no update (weights, optimizer and scaling
+  // state unchanged); record_eval(step, loss) puts a figure (e.g. the mean over an eval set) into metrics_json's
+  // `eval`. A checkpoint holds the global f32 masters, optimizer state, delayed-scaling state and step() in one
+  // safetensors file, whatever tp wrote it (save_checkpoint is collective; rank 0 writes, atomically; `metadata`
+  // joins its header). load_checkpoint restores it and returns the header's metadata: training then continues
+  // bit-identically to a run never stopped. A checkpoint of another model, recipe or optimizer type is an input
+  // Error naming the file and the spec field that differs (and leaves the engine as it was); other
+  // hyper-parameters only log a warning. Both need run.mode: train.
+  float eval_loss(const StagedTensor& input, const StagedTensor& target);
+  void record_eval(int64_t step, float loss);
+  void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
+  std::map<std::string, std::string> load_checkpoint(const std::string& path);
+  int64_t step() const;   // optimizer steps taken (a loaded checkpoint's included)
+  double last_lr() const; // the learning rate of the last train_step (0 before the first)
+
   // The `teengine run --json` object: per step, `step_ms` (wall time of the call, host work included) and
-  // `device_ms` (the ranks' work on their streams, GPU events; the compute's wall time on the CPU), the slowest rank's.
+  // `device_ms` (the ranks' work on their streams, GPU events; the compute's wall time on the CPU), the slowest rank's;
+  // `loss` and `lr` per train_step, `first_step` (a loaded checkpoint's step), `eval` [{step, loss}] and `eval_loss`
+  // (the last, or null).
   std::string metrics_json() const;
   double last_step_ms() const;  // the last entry of step_ms (0 before the first step)
   std::string explain() const;       // the plan, as `teengine run --explain` prints it

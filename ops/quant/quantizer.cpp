@@ -86,6 +86,21 @@ void Quantizer::ensure_delayed_state(Device device, const Stream& stream) {
   history_count_ = Tensor::zeros({1}, DType::i64, device, stream);
 }
 
+void Quantizer::restore_delayed_state(const Tensor& scale, const Tensor& amax_history, const Tensor& step_amax,
+                                      const Tensor& history_count, Device device, const Stream& stream) {
+  const Shape len{config_.amax_history_len};
+  TE_CHECK(scale.dtype() == DType::f32 && scale.shape() == Shape{1} && amax_history.dtype() == DType::f32 &&
+               amax_history.shape() == len && step_amax.dtype() == DType::f32 && step_amax.shape() == Shape{1} &&
+               history_count.dtype() == DType::i64 && history_count.shape() == Shape{1},
+           "restore_delayed_state: expected f32 [1], f32 " << shape_str(len) << ", f32 [1], i64 [1]; got "
+                                                           << scale.str() << ", " << amax_history.str() << ", "
+                                                           << step_amax.str() << ", " << history_count.str());
+  scale_ = scale.to(device, stream);  // always a copy
+  amax_history_ = amax_history.to(device, stream);  // always a copy
+  step_amax_ = step_amax.to(device, stream);  // always a copy
+  history_count_ = history_count.to(device, stream);  // always a copy
+}
+
 QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce) {
   return quantize_impl(x, usages, stream, reduce, QuantPreAct::none);
 }

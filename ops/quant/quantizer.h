@@ -64,6 +64,13 @@ class Quantizer {
   // Delayed-scaling state (fp32 [1] scale, fp32 [history_len] history) on the quantizer's device.
   const Tensor& scale() const { return scale_; }
   const Tensor& amax_history() const { return amax_history_; }
+  const Tensor& step_amax() const { return step_amax_; }          // fp32 [1]: amaxes folded since the last update
+  const Tensor& history_count() const { return history_count_; }  // i64 [1]
+  bool has_delayed_state() const { return scale_.defined(); }      // false until the first delayed quantize
+  // Replaces the delayed-scaling state (a checkpoint's), copied onto `device`: the quantizer then continues exactly
+  // as the one that was saved. Shapes and dtypes must be those above (amax_history: [amax_history_len]).
+  void restore_delayed_state(const Tensor& scale, const Tensor& amax_history, const Tensor& step_amax,
+                             const Tensor& history_count, Device device, const Stream& stream = Stream());
 
  private:
   QuantizerConfig config_;

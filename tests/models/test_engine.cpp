@@ -85,7 +85,7 @@ RunResult run_model(const std::string& yaml, bool train, const RunOptions& o = {
     const int64_t n = T / w;
     Tensor xr = x.narrow(0, r * n, n).contiguous().to(o.device, s);
     Tensor tr = target.narrow(0, r * n, n).contiguous().to(o.device, s);
-    if (train) losses[r] = models[r]->train_step(xr, tr, 1);
+    if (train) losses[r] = models[r]->train_step(xr, tr, 1, spec.run.optimizer.lr);
     if (train && o.drop >= 0 && r == 0)
       step_reductions = static_cast<testing::DroppingCommunicator&>(c).sum_reductions();
     if (!train || o.forward_after_step) outs[r] = models[r]->forward(xr).to(Device::cpu(), s);

@@ -122,7 +122,7 @@ int run_block_bench(const BlockOpts& o) {
   int64_t step = 0;
   bench::Timing t = bench::time_it(
       [&] {
-        if (o.backward && o.optimizer) b->model->train_step(b->x, b->target, ++step);
+        if (o.backward && o.optimizer) b->model->train_step(b->x, b->target, ++step, b->model->spec().run.optimizer.lr);
         else if (o.backward) (void)b->model->forward_backward(b->x, b->target);
         else if (replay) (void)replay->replay();
         else if (model_graph) (void)model_graph->forward(b->x);

@@ -3,7 +3,6 @@
 // seeded one) and takes its own tokens; rank 0 alone prints the summary and writes --output, --json and
 // --save-weights; the other ranks print only warnings and errors (prefixed with their rank).
 #include <teengine/teengine.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -20,6 +20,9 @@
 #include "models/spec.h"
 #include "tools/teengine/commands.h"
 #include "tools/teengine/output_set.h"
+#include "tools/teengine/checkpoint_dir.h"
+#include "tools/teengine/train_inputs.h"
+#include "tools/teengine/train_loop.h"
 
 namespace te::cli {
 namespace {
@@ -27,7 +30,7 @@ namespace {
 struct RunOptions {
   std::string model;
   std::vector<std::string> sets;
-  std::string input, output, save_weights, json;
+  std::string input, output, save_weights, json, checkpoint_dir, resume;
   bool explain = false;
   bool keep_going = false;  // continue past a non-finite loss
 };
@@ -63,41 +66,39 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-void progress(int64_t step, int64_t steps, float loss, double ms) {
-  if (isatty(STDERR_FILENO)) {
-    const int width = 30, done = static_cast<int>(width * step / std::max<int64_t>(steps, 1));
-    std::fprintf(stderr, "\r[%.*s%*s] %lld/%lld", done, "==============================", width - done, "",
-                 static_cast<long long>(step), static_cast<long long>(steps));
-    if (step == steps) std::fprintf(stderr, "\n");
-  }
-  std::printf("step %lld/%lld loss %.6f (%.1f ms)\n", static_cast<long long>(step), static_cast<long long>(steps),
-              static_cast<double>(loss), ms);
-  std::fflush(stdout);  // a log file or pipe sees each step as it ends
-}
-
 int run(const RunOptions& o) {
   ModelSpec spec = load_spec_file(o.model, o.sets);
-  // Every output path checked before any work; written as one set at the end (tools/teengine/output_set.h).
-  OutputSet outputs({{"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}},
-                    {o.model, spec.weights_path, o.input});
-  OutputSet::install_signal_cleanup();
   const int64_t tokens = spec.run.tokens, hidden = spec.model.hidden;
   const bool train = spec.run.mode == RunMode::train;
+  if (!train && (!o.checkpoint_dir.empty() || !o.resume.empty()))
+    TE_INPUT_ERROR("--checkpoint-dir and --resume apply to training", "set run.mode: train (--set run.mode=train)");
+  const TrainOptions to{o.input, o.checkpoint_dir, o.resume, o.keep_going};
 
-  // Input (and target): from --input, else seeded: x ~ N(0, 1), target = 0.5·x (a task the model can learn).
-  Tensor input, target;
-  if (!o.input.empty()) {
-    SafetensorsReader r = SafetensorsReader::open(o.input);
-    input = r.read_converted("input", {tokens, hidden}, DType::f32);
-    if (train && r.contains("target")) target = r.read_converted("target", {tokens, hidden}, DType::f32);
+  // Every output path checked before any work, against every file the run reads; written as one set at the end
+  // (tools/teengine/output_set.h). Checkpoints are checked with the training inputs, below.
+  std::vector<std::string> inputs = {o.model, spec.weights_path, o.input};
+  const std::string resume = train && !o.resume.empty() ? resolve_resume(o.resume) : "";
+  if (train) {
+    const std::vector<std::string> data = training_input_files(spec, to);
+    inputs.insert(inputs.end(), data.begin(), data.end());
+    if (!resume.empty()) inputs.push_back(resume);
+  }
+  const std::vector<OutputRequest> requests = {
+      {"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}};
+  OutputSet outputs(requests, inputs);
+  OutputSet::install_signal_cleanup();
+
+  // Inference input: from --input, else seeded: x ~ N(0, 1). Training data, eval set, the checkpoint to resume and
+  // the checkpoint paths: opened and checked here too, before the engine allocates anything (train_inputs.h).
+  Tensor input;
+  std::optional<TrainInputs> train_in;
+  if (train) {
+    train_in.emplace(open_train_inputs(spec, to, resume, inputs, requests));
+  } else if (!o.input.empty()) {
+    input = SafetensorsReader::open(o.input).read_converted("input", {tokens, hidden}, DType::f32);
   } else {
     input = Tensor::empty({tokens, hidden}, DType::f32);
     input.fill_normal(spec.run.seed ^ 0x1A2B3C4Dull);
-  }
-  if (train && !target.defined()) {
-    std::vector<float> v = input.to_f32_vector();
-    for (float& x : v) x *= 0.5f;
-    target = Tensor::from_f32(v, input.shape(), DType::f32);
   }
 
   teengine::Engine engine = teengine::Engine::from_yaml(o.model, o.sets);
@@ -105,30 +106,27 @@ int run(const RunOptions& o) {
   if (o.explain && root) std::printf("%s\n", engine.explain().c_str());
   // Staged once where the ranks compute (model dtype, each rank's rows): the steps then move no data to or from
   // the host, and the output comes back once, below.
-  const teengine::StagedTensor x = engine.stage(to_host(input));
-  const teengine::StagedTensor y = train ? engine.stage(to_host(target)) : teengine::StagedTensor();
-  input = target = Tensor();
-  teengine::StagedTensor out;
-  for (int64_t s = 1; s <= spec.run.steps; ++s) {
-    if (train) {
-      const float loss = engine.train_step(x, y);
-      if (root) progress(s, spec.run.steps, loss, engine.last_step_ms());
-      if (!std::isfinite(loss) && !o.keep_going) {
-        // The engine skipped this step's update: what --save-weights writes is the last good step.
-        if (!o.save_weights.empty()) {
-          OutputSet weights({{"--save-weights", o.save_weights}}, {o.model, spec.weights_path, o.input});
-          save_weights(engine, weights, o.save_weights, root);
-          if (root) weights.commit();
-        }
-        TE_THROW("loss is not finite at step " << s << " (" << loss << "); the update was skipped"
-                                               << (o.save_weights.empty() ? "" : ", weights of step " +
-                                                                                     std::to_string(s - 1) +
-                                                                                     " saved to " + o.save_weights),
-                 "lower run.optimizer.lr, compare with precision.recipe=none, or pass --keep-going");
+  teengine::StagedTensor x, out;
+  if (train) {
+    const TrainLoopResult t = train_loop(engine, spec, *train_in, o.keep_going);
+    x = t.input;
+    if (t.stopped) {
+      // The engine skipped this step's update: what --save-weights writes is the last good step.
+      if (!o.save_weights.empty()) {
+        OutputSet weights({{"--save-weights", o.save_weights}}, inputs);
+        save_weights(engine, weights, o.save_weights, root);
+        if (root) weights.commit();
       }
-    } else {
-      out = engine.forward(x);
+      TE_THROW("loss is not finite at step " << t.step << " (" << t.loss << "); the update was skipped"
+                                             << (o.save_weights.empty() ? "" : ", weights of step " +
+                                                                                   std::to_string(t.step - 1) +
+                                                                                   " saved to " + o.save_weights),
+               "lower run.optimizer.lr, compare with precision.recipe=none, or pass --keep-going");
     }
+  } else {
+    x = engine.stage(to_host(input));
+    input = Tensor();
+    for (int64_t s = 1; s <= spec.run.steps; ++s) out = engine.forward(x);
   }
   if (train && !o.output.empty()) {
     spec.run.mode = RunMode::infer;  // the output of the trained weights
@@ -180,7 +178,12 @@ Command add_run_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("run", "Run a model spec (inference or training)");
   sub->add_option("model", o->model, "model spec (YAML)")->required()->check(CLI::ExistingFile);
   sub->add_option("--set", o->sets, "override a spec field: a.b=value (repeatable)");
-  sub->add_option("--input", o->input, "safetensors with `input` [tokens, hidden] (and `target` for training)");
+  sub->add_option("--input", o->input,
+                  "safetensors with `input` [tokens, hidden] (and `target` for training, where [batches, tokens, "
+                  "hidden] also works)");
+  sub->add_option("--checkpoint-dir", o->checkpoint_dir,
+                  "training: write checkpoints here (every run.checkpoint_every steps and after the last)");
+  sub->add_option("--resume", o->resume, "training: continue from a checkpoint file or a --checkpoint-dir's newest");
   sub->add_option("--output", o->output, "write `output` [tokens, hidden] (model dtype) to this safetensors file");
   sub->add_option("--save-weights", o->save_weights, "write the (trained) global weights to this safetensors file");
   sub->add_option("--json", o->json, "write the metrics JSON to this file");
