@@ -3,8 +3,9 @@
 // and hands each request its own rows back. One forward of many tokens costs far less than many forwards of few:
 // the weights are read (and, on a GPU, the kernels launched) once per batch instead of once per request.
 //
-// When the engine's tokens are independent (Engine::tokens_independent: recipes none, fp8_block, mxfp8) each
-// request gets exactly the bytes it would get alone. Under sequence parallelism a forward's token count must be a
+// Only when the engine's tokens are independent (Engine::tokens_independent: recipes none, fp8_block, mxfp8) is each
+// request's output what it gets alone (up to the GEMM's rounding, which depends on the rows per call: an ulp of the
+// model dtype on some elements; --batching off is bit-exact). Under sequence parallelism a forward's token count must be a
 // multiple of tp: such batches get zero rows appended (dropped from the reply), which only those recipes allow;
 // otherwise a request whose token count is not a multiple is refused at admission.
 #pragma once

@@ -7,15 +7,16 @@
 // request already received, and exits 0.
 #include <httplib.h>
 #include <teengine/teengine.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <pthread.h>
 #include <thread>
 
 #include "batcher.h"
@@ -44,16 +45,24 @@ bool same_token(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+int signal_pipe[2] = {-1, -1};
+void on_stop_signal(int sig) {
+  const unsigned char c = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &c, 1);  // async-signal-safe
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const serve::Options opt = serve::parse_options(argc, argv);
-  // Signals are taken by one thread (sigwait below); every thread started from here on inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGTERM/SIGINT write their number to a pipe that the stopper thread (below) reads. Not sigwait with the signals
+  // blocked: threads that libraries start before main (OpenBLAS's pool) would still take them and die by them.
+  if (::pipe(signal_pipe) != 0) return 1;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up mid-reply is its own problem, not the server's
   // The engine's log lines in the server's format (the public log sink).
   teengine::set_log_sink([](teengine::LogLevel level, const std::string& message) {
@@ -153,8 +162,9 @@ int main(int argc, char** argv) {
 
     std::atomic<bool> listening_done{false};
     std::thread stopper([&] {
-      int sig = 0;
-      sigwait(&stop_signals, &sig);
+      unsigned char sig = 0;
+      while (::read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+      }
       if (listening_done) return;  // woken by main (below) after listen failed
       log_line("info", std::string("signal ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
                            ": draining in-flight requests");
@@ -165,7 +175,7 @@ int main(int argc, char** argv) {
     });
     const bool ok = svr.listen_after_bind();
     listening_done = true;
-    if (!draining) pthread_kill(stopper.native_handle(), SIGTERM);
+    if (!draining) on_stop_signal(0);  // wakes the stopper, which sees listening_done
     stopper.join();
     batcher.stop();
     log_line("info", "stopped");

@@ -87,10 +87,12 @@ class Engine {
   int64_t token_multiple() const;  // forward's token count must be a multiple of this: tp under SP, else 1
   std::string recipe() const;      // precision.recipe: none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
   // True when each token's output depends on that token alone (the block has no attention, and the recipe
-  // quantizes activations per token or per block within a token: none, fp8_block, mxfp8). Then a forward of
-  // several requests concatenated along the tokens gives each request the bytes it gets alone, so a server may
-  // batch them. False for per-tensor scaling (fp8_delayed, fp8_current, nvfp4): the scale comes from the amax of
-  // the whole input (fp8_delayed: of earlier steps), so batching changes every request's output slightly.
+  // quantizes activations per token or per block within a token: none, fp8_block, mxfp8), so a server may run
+  // several requests concatenated along the tokens as one forward. In exact arithmetic each request then gets what
+  // it gets alone; in floating point the GEMM library (OpenBLAS, cuBLASLt) picks its kernel, and so the rounding of
+  // a row's sums, by the number of rows in the call, so some outputs may move by an ulp of the model dtype.
+  // False for per-tensor scaling (fp8_delayed, fp8_current, nvfp4): the scale comes from the amax of the whole
+  // input (fp8_delayed: of earlier steps), so batching changes every request's output.
   bool tokens_independent() const;
 
   // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
