@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -28,11 +29,13 @@ using Clock = std::chrono::steady_clock;
 struct Side {
   std::vector<double> ms;  // per successful request
   int64_t errors = 0;
+  std::map<std::string, int64_t> why;  // failures by kind: "HTTP 503", or httplib's error name
   double seconds = 0;
 };
 
-// Runs `call` from `clients` threads until `requests` calls are made or `seconds` pass; each call returns success.
-Side drive(int clients, int64_t requests, double seconds, const std::function<bool(int client)>& call) {
+// Runs `call` from `clients` threads until `requests` calls are made or `seconds` pass; each call returns "" on
+// success, else what went wrong.
+Side drive(int clients, int64_t requests, double seconds, const std::function<std::string(int client)>& call) {
   Side s;
   std::mutex mu;
   std::atomic<int64_t> next{0};
@@ -43,11 +46,15 @@ Side drive(int clients, int64_t requests, double seconds, const std::function<bo
     pool.emplace_back([&, c] {
       while (next++ < requests && Clock::now() < stop) {
         const auto a = Clock::now();
-        const bool ok = call(c);
+        const std::string error = call(c);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - a).count();
         std::lock_guard<std::mutex> lock(mu);
-        if (ok) s.ms.push_back(ms);
-        else ++s.errors;
+        if (error.empty()) {
+          s.ms.push_back(ms);
+        } else {
+          ++s.errors;
+          ++s.why[error];
+        }
       }
     });
   for (auto& t : pool) t.join();
@@ -63,7 +70,7 @@ double percentile(std::vector<double> v, double p) {
 
 nlohmann::json summary(const Side& s, int64_t tokens) {
   const double n = static_cast<double>(s.ms.size());
-  return {{"requests", s.ms.size()},       {"errors", s.errors},
+  return {{"requests", s.ms.size()},       {"errors", s.errors},     {"error_kinds", s.why},
           {"p50_ms", percentile(s.ms, 0.5)}, {"p99_ms", percentile(s.ms, 0.99)},
           {"requests_per_s", n / s.seconds}, {"tokens_per_s", n * static_cast<double>(tokens) / s.seconds}};
 }
@@ -129,17 +136,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%-11s %-7s %9s %9s %10s %11s\n", "concurrency", "side", "p50 ms", "p99 ms", "req/s", "tokens/s");
     for (int c : concurrency) {
       std::vector<std::unique_ptr<httplib::Client>> clients;
-      for (int i = 0; i < c; ++i) {
-        clients.push_back(std::make_unique<httplib::Client>(host, port));
-        clients.back()->set_read_timeout(300, 0);
-        if (!token.empty()) clients.back()->set_bearer_token_auth(token);
-      }
+      auto connect = [&] {  // fresh connections: one a server closed while idle would fail the next request
+        clients.clear();
+        for (int i = 0; i < c; ++i) {
+          clients.push_back(std::make_unique<httplib::Client>(host, port));
+          clients.back()->set_read_timeout(300, 0);
+          if (!token.empty()) clients.back()->set_bearer_token_auth(token);
+        }
+      };
+      connect();
       auto post = [&](int i) {
         auto r = clients[static_cast<size_t>(i)]->Post("/v1/forward", bodies[static_cast<size_t>(i) % bodies.size()],
                                                        "application/octet-stream");
-        return r && r->status == 200;
+        if (!r) return "no reply: " + httplib::to_string(r.error());
+        return r->status == 200 ? std::string() : "HTTP " + std::to_string(r->status);
       };
-      drive(c, c, seconds, post);  // warm-up: connections open, the engine planned for this token count
+      drive(c, c, seconds, post);  // warm-up: the engine planned for this token count and batch sizes
+      connect();  // the warm-up's early finishers sat idle until the last one: past the server's keep-alive
       const Side server = drive(c, requests, seconds, post);
       errors += server.errors;
       nlohmann::json row = {{"concurrency", c}, {"server", summary(server, tokens)}};
@@ -151,7 +164,7 @@ int main(int argc, char** argv) {
       if (direct) {
         auto call = [&](int i) {
           engine.forward(inputs[static_cast<size_t>(i) % inputs.size()]);
-          return true;
+          return std::string();
         };
         drive(c, c, seconds, call);
         const Side in_process = drive(c, requests, seconds, call);
