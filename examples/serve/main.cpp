@@ -5,7 +5,10 @@
 //   GET  /metrics      Prometheus text (metrics.h)
 // Concurrent requests are batched into one forward (batcher.h). SIGTERM or SIGINT stops accepting, answers every
 // request already received, and exits 0.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <teengine/teengine.h>
 #include <unistd.h>
 
@@ -45,6 +48,22 @@ bool same_token(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of more simultaneous connects overflows the accept queue,
+// and a client whose handshake the kernel dropped retransmits its request with a backoff that can outlast the
+// server's wait for it, failing with no reply. listen() again on the bound socket raises the backlog (Linux).
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    sockaddr_in addr{};
+    socklen_t alen = sizeof(addr);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) == 0 && addr.sin_family == AF_INET &&
+        ntohs(addr.sin_port) == port)
+      ::listen(fd, SOMAXCONN);
+  }
+}
+
 int signal_pipe[2] = {-1, -1};
 void on_stop_signal(int sig) {
   const unsigned char c = static_cast<unsigned char>(sig);
@@ -75,7 +94,9 @@ int main(int argc, char** argv) {
     sets.insert(sets.end(), opt.sets.begin(), opt.sets.end());
     teengine::Engine engine = teengine::Engine::from_yaml(opt.model, sets);
     if (!opt.weights.empty()) engine.load_weights(opt.weights);
-    if (engine.world_size() > 1 && engine.rank() != 0) throw teengine::Error("run the server as one process", true);
+    // Under a launcher every rank must call forward collectively; this server drives one process's engine only.
+    if (nlohmann::json::parse(engine.metrics_json()).value("processes", 1) > 1)
+      throw teengine::Error("teengine-serve runs as one process: use parallel.comm local (tp ranks as threads)", true);
     const bool batching = opt.batching == "on" || (opt.batching == "auto" && engine.tokens_independent());
     if (batching && !engine.tokens_independent())
       log_line("warn", "batching is on with recipe " + engine.recipe() +
@@ -152,6 +173,7 @@ int main(int argc, char** argv) {
     if (port == 0) port = svr.bind_to_any_port(opt.host);
     else if (!svr.bind_to_port(opt.host, port)) port = -1;
     if (port < 0) throw teengine::Error("cannot listen on " + opt.host + ":" + std::to_string(opt.port), true);
+    widen_backlog(port);
     if (!opt.port_file.empty()) {
       const std::string tmp = opt.port_file + ".tmp";  // renamed into place: a reader never sees half a number
       std::ofstream(tmp) << port << "\n";

@@ -27,7 +27,8 @@ grep -q "served 3 requests" "$dest/out.txt"
 ! grep -Eq "nan|inf" "$dest/out.txt"
 
 # Only the public API is exported: no internal (te::) symbol in libteengine.so's dynamic symbol table.
-if nm -D --defined-only -C "$libdir/libteengine.so.0" | grep -E ' (te::|typeinfo for te::|vtable for te::)' \
+if nm -D --defined-only -C "$libdir/libteengine.so.0" | cut -d' ' -f3- \
+     | grep -E '^(te::|typeinfo for te::|typeinfo name for te::|vtable for te::)' \
      | grep -v -f "$src/tests/tools/yaml_front_end_symbols.txt" | head -5 | grep .; then
   echo "libteengine.so exports internal symbols (above)"; exit 1
 fi
