@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%-11s %-7s %9s %9s %10s %11s\n", "concurrency", "side", "p50 ms", "p99 ms", "req/s", "tokens/s");
     for (int c : concurrency) {
       std::vector<std::unique_ptr<httplib::Client>> clients;
-      auto connect = [&] {  // fresh connections: one a server closed while idle would fail the next request
+      auto connect = [&] {  // one client (connection) per simulated user, fresh for each phase
         clients.clear();
         for (int i = 0; i < c; ++i) {
           clients.push_back(std::make_unique<httplib::Client>(host, port));
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
         return r->status == 200 ? std::string() : "HTTP " + std::to_string(r->status);
       };
       drive(c, c, seconds, post);  // warm-up: the engine planned for this token count and batch sizes
-      connect();  // the warm-up's early finishers sat idle until the last one: past the server's keep-alive
+      connect();
       const Side server = drive(c, requests, seconds, post);
       errors += server.errors;
       nlohmann::json row = {{"concurrency", c}, {"server", summary(server, tokens)}};
