@@ -28,6 +28,7 @@
 #include "models/model_graph.h"
 #include "models/rank_group.h"
 #include "models/rank_model.h"
+#include "models/step_history.h"
 #include "te_config.h"
 
 namespace teengine {
@@ -93,16 +94,13 @@ struct Engine::Impl {
   static constexpr size_t kReplayBuckets = 8;
   std::map<int64_t, ReplayBucket> replays;
   uint64_t replay_clock = 0;
-  std::vector<double> step_ms, device_ms;
   std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
-  std::vector<float> losses;
-  std::vector<double> lrs;  // per step: the learning rate it used
-  std::vector<std::pair<int64_t, float>> evals;  // (step, eval loss)
+  // What metrics_json reports, under its own lock so metrics can be read while a step runs under `mu`.
+  mutable std::mutex metrics_mu;
+  te::StepHistory history;  // bounded: counters, histogram, the last StepHistory::kWindow steps
   int64_t first_step = 0;   // the step the engine started from (a loaded checkpoint's)
   double last_lr = 0;
   StepStats last;
-  int64_t tokens_done = 0;
-  double total_ms = 0;
   int64_t step = 0;
 
   const te::ModelSpec& spec() const { return group->spec; }
@@ -301,8 +299,10 @@ float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::I
     const size_t k = static_cast<size_t>(i);
     loss[k] = group->models[k]->train_step(x.rows[k], t.rows[k], step, lr);
   });
-  losses.push_back(loss[0]);
-  lrs.push_back(lr);
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    history.record_train(loss[0], lr);
+  }
   last_lr = lr;
   return loss[0];
 }
@@ -379,11 +379,9 @@ void Engine::Impl::record_step(double ms, double dev_ms, int64_t tokens) {
       }
     }
   }
+  std::lock_guard<std::mutex> lock(metrics_mu);
   last = s;
-  step_ms.push_back(s.ms);
-  device_ms.push_back(s.device_ms);
-  total_ms += s.ms;
-  tokens_done += tokens;
+  history.record(s.ms, s.device_ms, tokens);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -454,8 +452,8 @@ float Engine::eval_loss(const StagedTensor& input, const StagedTensor& target) {
 }
 
 void Engine::record_eval(int64_t step, float loss) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->evals.emplace_back(step, loss);
+  std::lock_guard<std::mutex> lock(impl_->metrics_mu);
+  impl_->history.record_eval(step, loss);
 }
 
 int64_t Engine::step() const { return impl_->step; }
@@ -534,16 +532,34 @@ HostTensor Engine::to_host(const StagedTensor& tensor) {
   });
 }
 
-double Engine::last_step_ms() const { return impl_->step_ms.empty() ? 0.0 : impl_->step_ms.back(); }
+double Engine::last_step_ms() const {
+  std::lock_guard<std::mutex> lock(impl_->metrics_mu);
+  return impl_->history.last_ms();
+}
 
 int64_t Engine::hidden() const { return impl_->spec().model.hidden; }
 int Engine::rank() const { return impl_->group->placement.rank; }
 int Engine::world_size() const { return impl_->world(); }
 int64_t Engine::tokens() const { return impl_->spec().run.tokens; }
+int64_t Engine::token_multiple() const {
+  return impl_->spec().parallel.sequence_parallel && impl_->world() > 1 ? impl_->world() : 1;
+}
+std::string Engine::recipe() const { return std::string(te::recipe_name(impl_->spec().precision.recipe)); }
+bool Engine::tokens_independent() const {
+  // The forward quantizes activations row-wise only: per 1x128 block (fp8_block) or 1x32 block (mxfp8) of a token.
+  switch (impl_->spec().precision.recipe) {
+    case te::Recipe::none:
+    case te::Recipe::fp8_block:
+    case te::Recipe::mxfp8: return true;
+    default: return false;
+  }
+}
 
 std::string Engine::metrics_json() const {
   const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.metrics_mu);
   const te::CommMetrics& c = m.last.comm;
+  const te::StepHistory& h = m.history;
   auto pc = [](const te::PathCounter& p) { return nlohmann::json{{"calls", p.calls}, {"bytes", p.bytes}}; };
   int64_t peak = 0, rss = 0;
   nlohmann::json ranks = nlohmann::json::array();
@@ -557,7 +573,7 @@ std::string Engine::metrics_json() const {
     rss = peak_rss_bytes();
   }
   nlohmann::json eval = nlohmann::json::array();
-  for (const auto& [s, l] : m.evals) eval.push_back({{"step", s}, {"loss", l}});
+  for (const auto& [s, l] : h.evals()) eval.push_back({{"step", s}, {"loss", l}});
   nlohmann::json j = {
       {"model", m.spec().name},
       {"mode", std::string(te::run_mode_name(m.spec().run.mode))},
@@ -567,18 +583,21 @@ std::string Engine::metrics_json() const {
       {"processes", m.group->distributed() ? m.world() : 1},
       {"recipe", std::string(te::recipe_name(m.spec().precision.recipe))},
       {"tokens", m.spec().run.tokens},
-      {"steps", static_cast<int64_t>(m.step_ms.size())},
-      {"step_ms", m.step_ms},
-      {"device_ms", m.device_ms},
-      {"tokens_per_s", m.total_ms > 0 ? static_cast<double>(m.tokens_done) / (m.total_ms * 1e-3) : 0.0},
+      {"steps", h.steps()},
+      {"step_window", te::StepHistory::kWindow},
+      {"step_ms", h.wall_ms()},
+      {"device_ms", h.device_ms()},
+      {"step_ms_histogram", h.histogram_json()},
+      {"tokens_total", h.tokens()},
+      {"tokens_per_s", h.total_ms() > 0 ? static_cast<double>(h.tokens()) / (h.total_ms() * 1e-3) : 0.0},
       {"peak_bytes", peak},
       {"peak_rss_bytes", rss},
       {"per_process", ranks},
-      {"loss", m.losses},
-      {"lr", m.lrs},
+      {"loss", h.losses()},
+      {"lr", h.lrs()},
       {"first_step", m.first_step},
       {"eval", eval},
-      {"eval_loss", m.evals.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.evals.back().second)},
+      {"eval_loss", h.evals().empty() ? nlohmann::json(nullptr) : nlohmann::json(h.evals().back().second)},
       {"comm",
        {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
                     {"high_precision", pc(c.gather_hp)}}},

@@ -10,6 +10,7 @@ packages=(
   libcli11-dev                             # the teengine command line
   libopenblas-dev                          # CPU GEMMs
   libgloo-dev                              # CPU collectives between processes (parallel.comm: gloo)
+  libcpp-httplib-dev                       # HTTP/1.1 for the example server (examples/serve) and its load generator
   clang libclang-rt-14-dev                 # libFuzzer targets and sanitizer builds
 )
 missing=()

@@ -19,6 +19,7 @@
 // fix; is_input_error() tells bad input (spec, weights, shapes) from runtime failures.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -84,6 +85,16 @@ class Engine {
   int rank() const;        // this process's rank in a launched group (parallel.comm gloo/nccl); 0 otherwise
   int world_size() const;  // parallel.tp
   int64_t tokens() const;  // run.tokens of the spec (any multiple of tp works under sequence parallelism)
+  int64_t token_multiple() const;  // forward's token count must be a multiple of this: tp under SP, else 1
+  std::string recipe() const;      // precision.recipe: none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
+  // True when each token's output depends on that token alone (the block has no attention, and the recipe
+  // quantizes activations per token or per block within a token: none, fp8_block, mxfp8), so a server may run
+  // several requests concatenated along the tokens as one forward. In exact arithmetic each request then gets what
+  // it gets alone; in floating point the GEMM library (OpenBLAS, cuBLASLt) picks its kernel, and so the rounding of
+  // a row's sums, by the number of rows in the call, so some outputs may move by an ulp of the model dtype.
+  // False for per-tensor scaling (fp8_delayed, fp8_current, nvfp4): the scale comes from the amax of the whole
+  // input (fp8_delayed: of earlier steps), so batching changes every request's output.
+  bool tokens_independent() const;
 
   // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
   HostTensor forward(const HostTensor& input);
@@ -117,7 +128,13 @@ class Engine {
   // The `teengine run --json` object: per step, `step_ms` (wall time of the call, host work included) and
   // `device_ms` (the ranks' work on their streams, GPU events; the compute's wall time on the CPU), the slowest rank's;
   // `loss` and `lr` per train_step, `first_step` (a loaded checkpoint's step), `eval` [{step, loss}] and `eval_loss`
-  // (the last, or null).
+  // (the last, or null). Bounded for long-running processes: `steps`, `tokens_total`, `tokens_per_s` and
+  // `step_ms_histogram` cover every step (forward or train_step); the lists `step_ms`, `device_ms`, `loss`, `lr` and
+  // `eval` keep only the last `step_window` (1024) entries, oldest first. `step_ms_histogram` is
+  // {"le_ms": [0.01, 0.02, 0.04, … ×2 …, null], "counts", "count", "sum_ms"}: counts[i] steps took step_ms in
+  // (le_ms[i-1], le_ms[i]] (not cumulative); null is +infinity. `comm` counts every gather and reduction since the
+  // engine was built; `peak_bytes` and `per_process` are as of the last step. Safe to call while other threads run
+  // forward().
   std::string metrics_json() const;
   double last_step_ms() const;  // the last entry of step_ms (0 before the first step)
   std::string explain() const;       // the plan, as `teengine run --explain` prints it
@@ -130,5 +147,15 @@ class Engine {
 };
 
 const char* version();
+
+// Logging. The engine's warnings (and info/debug lines, by level) go to stderr as "[teengine LEVEL] message" unless
+// a sink is set. The sink is process-wide: it receives every Engine's lines, from whichever thread logs (engine
+// worker threads included), one call at a time; it must not call back into the engine. nullptr restores stderr.
+// Returns the previous sink (nullptr when there was none).
+enum class LogLevel { error = 0, warn = 1, info = 2, debug = 3 };
+using LogSink = std::function<void(LogLevel level, const std::string& message)>;
+LogSink set_log_sink(LogSink sink);
+// Lines above `level` are dropped before they are formatted. The initial level is TEENGINE_LOG (default warn).
+void set_log_level(LogLevel level);
 
 }  // namespace teengine

@@ -1,5 +1,5 @@
-// A minimal serving binary on the public API: one Engine, several client threads calling forward() concurrently.
-//   serve MODEL.yaml [THREADS] [REQUESTS_PER_THREAD]
+// The smallest embedding of the public API: one Engine, several client threads calling forward() concurrently.
+//   embed MODEL.yaml [THREADS] [REQUESTS_PER_THREAD]
 // Prints one checksum per client so runs can be compared, and exits non-zero on any error.
 #include <teengine/teengine.h>
 
@@ -11,7 +11,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: serve MODEL.yaml [THREADS] [REQUESTS_PER_THREAD]\n");
+    std::fprintf(stderr, "usage: embed MODEL.yaml [THREADS] [REQUESTS_PER_THREAD]\n");
     return 2;
   }
   const int threads = argc > 2 ? std::atoi(argv[2]) : 4;
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(tokens), static_cast<long long>(hidden));
     return 0;
   } catch (const teengine::Error& e) {
-    std::fprintf(stderr, "serve: %s\n", e.what());
+    std::fprintf(stderr, "embed: %s\n", e.what());
     return e.is_input_error() ? 2 : 1;
   }
 }
