@@ -1,5 +1,7 @@
-// CPU GEMM: dequantize each operand (from the copy its role uses) to f32, one OpenBLAS sgemm, bias, cast.
-// This is the reference the cuBLASLt path is tested against.
+// CPU GEMM: dequantize each operand (from the copy its role uses) to f32, multiply, bias, cast. fprop and dgrad go
+// through row_gemm (row_gemm.h), whose rows do not depend on each other or on the row count, so a forward gives each
+// token the same bytes whatever else shares the call; wgrad (a sum over the tokens) stays one OpenBLAS sgemm. This
+// is the reference the cuBLASLt path is tested against.
 #include <cblas.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 
 #include "engine/error.h"
 #include "ops/gemm/gemm_internal.h"
+#include "ops/gemm/row_gemm.h"
 
 namespace te::detail {
 
@@ -29,24 +32,25 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
   const bool keep_rht = rht_cancels(a, b, role);
   const std::vector<float> af = operand_f32(a, u.a, role, "a", keep_rht);  // [a.rows, a.cols]
   const std::vector<float> bf = operand_f32(b, u.b, role, "b", keep_rht);  // [b.rows, b.cols]
-  std::vector<float> c = opts.accumulate ? out.to_f32_vector() : std::vector<float>(size_t(s.P * s.Q), 0.f);
-  const float beta = opts.accumulate ? 1.f : 0.f;
+  std::vector<float> c(size_t(s.P * s.Q), 0.f);
   const auto ld = [](int64_t x) { return static_cast<int>(std::max<int64_t>(x, 1)); };
   const int M = static_cast<int>(s.M), N = static_cast<int>(s.N), K = static_cast<int>(s.K);
   switch (role) {
     case GemmRole::fprop:  // y[M, N] = x[M, K] · W[N, K]ᵀ
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, opts.alpha, af.data(), ld(K), bf.data(), ld(K),
-                  beta, c.data(), ld(N));
+      row_gemm(af.data(), bf.data(), /*b_transposed=*/true, s.M, s.N, s.K, c.data());
       break;
     case GemmRole::dgrad:  // dx[M, K] = dy[M, N] · W[N, K]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, opts.alpha, af.data(), ld(N), bf.data(),
-                  ld(K), beta, c.data(), ld(K));
+      row_gemm(af.data(), bf.data(), /*b_transposed=*/false, s.M, s.K, s.N, c.data());
       break;
     case GemmRole::wgrad:  // dW[N, K] = dy[M, N]ᵀ · x[M, K]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, opts.alpha, af.data(), ld(N), bf.data(), ld(K),
-                  beta, c.data(), ld(K));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.f, af.data(), ld(N), bf.data(), ld(K), 0.f,
+                  c.data(), ld(K));
       break;
   }
+  // alpha and accumulate elementwise after the product: the same operations for every row.
+  const std::vector<float> prev = opts.accumulate ? out.to_f32_vector() : std::vector<float>();
+  if (opts.alpha != 1.f || opts.accumulate)
+    for (size_t i = 0; i < c.size(); ++i) c[i] = opts.alpha * c[i] + (opts.accumulate ? prev[i] : 0.f);
   if (opts.bias.defined()) {
     const std::vector<float> bias = opts.bias.to_f32_vector();  // [Q]
     for (int64_t p = 0; p < s.P; ++p)
