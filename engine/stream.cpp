@@ -22,6 +22,13 @@ Stream Stream::create(Device device) {
   return s;
 }
 
+Stream Stream::borrow(Device device, void* handle) {
+  Stream s;
+  s.device_ = device;
+  if (handle) s.handle_ = std::shared_ptr<void>(handle, [](void*) {});
+  return s;
+}
+
 void Stream::synchronize() const {
 #if TE_WITH_CUDA
   if (device_.is_cuda()) TE_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_.get())));

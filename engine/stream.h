@@ -11,6 +11,8 @@ class Stream {
  public:
   Stream() = default;  // CPU, or the CUDA legacy default stream when used with a CUDA device
   static Stream create(Device device);  // a new non-blocking CUDA stream (or a CPU stream)
+  // Someone else's cudaStream_t (nullptr: the legacy default stream), not owned: it must outlive the Stream.
+  static Stream borrow(Device device, void* handle);
   Device device() const { return device_; }
   void* handle() const { return handle_.get(); }  // cudaStream_t, nullptr for CPU/default
   void synchronize() const;

@@ -6,21 +6,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <iomanip>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "comm/gather.h"
 #include "comm/local_communicator.h"
 #include "engine/allocator.h"
 #include "engine/element.h"
 #include "engine/log.h"
 #include "engine/pinned_host.h"
 #include "models/checkpoint.h"
-#include "models/engine_impl.h"
+#include "models/engine_state.h"
 #include "models/lr_schedule.h"
 #include "ops/elementwise/elementwise.h"
 #include "models/forward_replay.h"
@@ -28,45 +24,12 @@
 #include "models/model_graph.h"
 #include "models/rank_group.h"
 #include "models/rank_model.h"
-#include "models/step_history.h"
+#include "models/recipe.h"
 #include "te_config.h"
 
 namespace teengine {
+using detail::ms_since;
 using detail::translate;
-
-namespace {
-// What a step leaves in the metrics, over every rank of the group: the slowest rank's time, the summed gather and
-// reduction counters, and each process's peak memory.
-struct StepStats {
-  double ms = 0, device_ms = 0;
-  te::CommMetrics comm;
-  struct Rank {
-    int64_t peak_bytes = 0, peak_rss_bytes = 0;
-  };
-  std::vector<Rank> ranks;  // distributed: one per rank; local: one for this process
-};
-
-int64_t peak_rss_bytes() {  // VmHWM of /proc/self/status; 0 where it cannot be read
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
-constexpr int kCounters = 6;
-te::PathCounter* counters(te::CommMetrics& m, int i) {
-  te::PathCounter* all[kCounters] = {&m.gather_quantized, &m.gather_fallback, &m.gather_hp,
-                                     &m.gather_local,     &m.reduce_scatter,  &m.all_reduce};
-  return all[i];
-}
-}  // namespace
-
-struct StagedTensor::Impl {
-  const void* owner = nullptr;   // the Engine::Impl that staged it
-  int64_t tokens = 0;
-  std::vector<te::Tensor> rows;  // per local rank: its rows (all of them without SP), on its device, model dtype
-};
 
 StagedTensor::StagedTensor() = default;
 StagedTensor::~StagedTensor() = default;
@@ -76,77 +39,10 @@ StagedTensor::StagedTensor(std::shared_ptr<const Impl> impl) : impl_(std::move(i
 int64_t StagedTensor::tokens() const { return impl_ ? impl_->tokens : 0; }
 bool StagedTensor::defined() const { return impl_ != nullptr; }
 
-struct Engine::Impl {
-  std::unique_ptr<te::RankGroup> group;  // spec, placement, and per local rank a communicator, context and model
-  std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
-  std::mutex mu;  // forward/train_step are serialised
-  // The host side of every host-tensor copy (page-locked on a GPU), used under `mu`: stage() and to_host()
-  // synchronise before they return, so one buffer serves inputs, targets and outputs in turn.
-  std::unique_ptr<te::PinnedHostBuffer> staging;
-  // run.cuda_graph: per token count, the graph forward captured once and replayed (GPU, tp 1). At most
-  // kReplayBuckets token counts keep a capture (each holds its buffers); the least recently used goes first.
-  struct ReplayBucket {
-    te::Tensor input;  // [tokens, hidden]: the captured forward reads it in place
-    std::unique_ptr<te::ModelGraph> graph;
-    std::unique_ptr<te::ForwardReplay> replay;  // declared last: destroyed first
-    uint64_t last_use = 0;
-  };
-  static constexpr size_t kReplayBuckets = 8;
-  std::map<int64_t, ReplayBucket> replays;
-  uint64_t replay_clock = 0;
-  std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
-  // What metrics_json reports, under its own lock so metrics can be read while a step runs under `mu`.
-  mutable std::mutex metrics_mu;
-  te::StepHistory history;  // bounded: counters, histogram, the last StepHistory::kWindow steps
-  int64_t first_step = 0;   // the step the engine started from (a loaded checkpoint's)
-  double last_lr = 0;
-  StepStats last;
-  int64_t step = 0;
-
-  const te::ModelSpec& spec() const { return group->spec; }
-  te::Device device() const { return group->ctxs[0]->device; }
-  int world() const { return group->world(); }
-  bool graph_forward() const {
-    return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
-  }
-  bool replays_forward() const {
-    return spec().run.cuda_graph && graph_forward() && device().is_cuda() && world() == 1 && !group->distributed();
-  }
-  // The forward of x [tokens, hidden] through the token count's captured graph; returns a copy of the output
-  // (the replay's own buffer is overwritten by the next replay).
-  te::Tensor replay_forward(const te::Tensor& x);
-  int64_t local_tokens(int64_t tokens) const {
-    return spec().parallel.sequence_parallel && world() > 1 ? tokens / world() : tokens;
-  }
-  // Local rows of rank r (local index i): SP splits the tokens; without SP every rank sees all of them.
-  te::Tensor rank_input(const te::Tensor& global, int r, int i, te::DType dtype) const;
-  StagedTensor stage(const HostTensor& h);
-  const StagedTensor::Impl& staged(const StagedTensor& t, const char* what) const;  // checks the owner
-  // Runs fn(comm, local index) on every local rank; returns the slowest rank's time on its stream (ms).
-  double run_timed(const std::function<void(te::Communicator&, int)>& fn);
-  StagedTensor run_forward(const StagedTensor::Impl& x, double* device_ms);
-  float run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, double* device_ms);
-  float run_eval(const StagedTensor::Impl& x, const StagedTensor::Impl& target);
-  void check_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, const char* what) const;
-  // The global [T, H] output from the ranks' rows (distributed: all-gathered from the other processes).
-  HostTensor to_host(const StagedTensor::Impl& t);
-  // Records a step on this process; distributed: collective (every rank's times and counters).
-  void record_step(double wall_ms, double device_ms, int64_t tokens);
-};
-
 namespace {
 // The caller's bytes as a tensor in the staging buffer (valid until its next use).
 te::Tensor host_to_tensor(const HostTensor& h, te::PinnedHostBuffer& staging) {
-  auto dt = te::dtype_from_name(h.dtype);
-  if (!dt || !te::is_high_precision(*dt))
-    TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
-  const te::Shape shape(h.shape.begin(), h.shape.end());
-  const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));  // refuses shapes that overflow
-  if (static_cast<int64_t>(h.bytes.size()) != nbytes)
-    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
-                                  << " needs " << nbytes,
-                   "fill HostTensor::bytes to match its shape and dtype");
-  te::Tensor t = staging.view(shape, *dt);
+  te::Tensor t = staging.view(te::Shape(h.shape.begin(), h.shape.end()), detail::check_host_bytes(h));
   std::memcpy(t.data_ptr(), h.bytes.data(), h.bytes.size());
   return t;
 }
@@ -164,6 +60,19 @@ HostTensor tensor_to_host(const te::Tensor& t, te::PinnedHostBuffer& staging) {
 }
 }  // namespace
 
+te::DType detail::check_host_bytes(const HostTensor& h) {  // NOLINT: declared in engine_state.h
+  auto dt = te::dtype_from_name(h.dtype);
+  if (!dt || !te::is_high_precision(*dt))
+    TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
+  const te::Shape shape(h.shape.begin(), h.shape.end());
+  const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));  // refuses shapes that overflow
+  if (static_cast<int64_t>(h.bytes.size()) != nbytes)
+    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
+                                  << " needs " << nbytes,
+                   "fill HostTensor::bytes to match its shape and dtype");
+  return *dt;
+}
+
 te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, int i, te::DType dtype) const {
   const int64_t n = local_tokens(g.size(0));
   const te::Tensor rows = n == g.size(0) ? g : g.narrow(0, r * n, n);
@@ -173,9 +82,8 @@ te::Tensor Engine::Impl::rank_input(const te::Tensor& g, int r, int i, te::DType
   return on_device.dtype() == dtype ? on_device : te::cast(on_device, dtype, st);
 }
 
-StagedTensor Engine::Impl::stage(const HostTensor& h) {
-  // The request's shape first, from its fields alone: nothing is copied or allocated for a request that cannot run.
-  const te::Shape shape(h.shape.begin(), h.shape.end());
+void Engine::Impl::check_input(const std::vector<int64_t>& dims, bool any_tokens) const {
+  const te::Shape shape(dims.begin(), dims.end());
   const int64_t hidden = spec().model.hidden;
   (void)te::shape_numel(shape);  // negative or overflowing dimensions
   if (shape.size() != 2 || shape[1] != hidden)
@@ -183,11 +91,18 @@ StagedTensor Engine::Impl::stage(const HostTensor& h) {
                    "give a 2-D input whose last dimension is model.hidden");
   if (shape[0] == 0)
     TE_INPUT_ERROR("input has no tokens (shape " << te::shape_str(shape) << ")", "send at least one token");
-  if (spec().parallel.sequence_parallel && world() > 1 && shape[0] % world() != 0)
+  if (!any_tokens && shape[0] % token_multiple() != 0)
     TE_INPUT_ERROR(
         "input has " << shape[0] << " tokens, not divisible by tp " << world() << " under sequence parallelism",
         "use a token count that is a multiple of parallel.tp");
-  te::Tensor x = host_to_tensor(h, *staging);
+}
+
+StagedTensor Engine::Impl::stage(const HostTensor& h) {
+  check_input(h.shape);  // before anything is copied
+  return stage(host_to_tensor(h, *staging));
+}
+
+StagedTensor Engine::Impl::stage(const te::Tensor& x) {
   auto out = std::make_shared<StagedTensor::Impl>();
   out->owner = this;
   out->tokens = x.size(0);
@@ -196,7 +111,7 @@ StagedTensor Engine::Impl::stage(const HostTensor& h) {
     const int i = group->index_of(*c);
     out->rows[static_cast<size_t>(i)] = rank_input(x, c->rank(), i, spec().model.dtype);
   }
-  for (auto& ctx : group->ctxs) ctx->stream.synchronize();  // the host copy may go
+  for (auto& ctx : group->ctxs) ctx->stream.synchronize();  // the source may go
   return StagedTensor(std::move(out));
 }
 
@@ -334,56 +249,6 @@ HostTensor Engine::Impl::to_host(const StagedTensor::Impl& t) {
   return tensor_to_host(full, *staging);
 }
 
-void Engine::Impl::record_step(double ms, double dev_ms, int64_t tokens) {
-  StepStats s;
-  for (auto& c : group->comms)
-    for (int k = 0; k < kCounters; ++k) {
-      counters(s.comm, k)->calls += counters(c->metrics(), k)->calls;
-      counters(s.comm, k)->bytes += counters(c->metrics(), k)->bytes;
-    }
-  const StepStats::Rank mine{te::memory_stats(device()).peak_bytes, peak_rss_bytes()};
-  s.ms = ms;
-  s.device_ms = dev_ms;
-  s.ranks = {mine};
-  if (group->distributed()) {
-    // One small all-gather: [ms bits, peak bytes, peak RSS, calls/bytes per counter] from every rank.
-    constexpr int kFields = 4 + 2 * kCounters;
-    std::vector<int64_t> pack(kFields);
-    std::memcpy(&pack[0], &ms, sizeof(double));
-    std::memcpy(&pack[1], &dev_ms, sizeof(double));
-    pack[2] = mine.peak_bytes;
-    pack[3] = mine.peak_rss_bytes;
-    for (int k = 0; k < kCounters; ++k) {
-      pack[4 + 2 * k] = counters(s.comm, k)->calls;
-      pack[5 + 2 * k] = counters(s.comm, k)->bytes;
-    }
-    te::RankContext& ctx = *group->ctxs[0];
-    te::Tensor in = te::Tensor::empty({kFields}, te::DType::i64);
-    std::memcpy(in.data_ptr(), pack.data(), sizeof(int64_t) * kFields);
-    te::Tensor all = te::Tensor::empty({world() * kFields}, te::DType::i64, ctx.device, ctx.stream);
-    group->comms[0]->all_gather(in.to(ctx.device, ctx.stream), all, ctx.stream).wait();
-    te::Tensor host = all.to(te::Device::cpu(), ctx.stream);
-    ctx.stream.synchronize();
-    const auto* v = static_cast<const int64_t*>(host.data_ptr());
-    s = StepStats{};
-    for (int r = 0; r < world(); ++r, v += kFields) {
-      double rank_ms = 0, rank_dev_ms = 0;
-      std::memcpy(&rank_ms, &v[0], sizeof(double));
-      std::memcpy(&rank_dev_ms, &v[1], sizeof(double));
-      s.ms = std::max(s.ms, rank_ms);
-      s.device_ms = std::max(s.device_ms, rank_dev_ms);
-      s.ranks.push_back({v[2], v[3]});
-      for (int k = 0; k < kCounters; ++k) {
-        counters(s.comm, k)->calls += v[4 + 2 * k];
-        counters(s.comm, k)->bytes += v[5 + 2 * k];
-      }
-    }
-  }
-  std::lock_guard<std::mutex> lock(metrics_mu);
-  last = s;
-  history.record(s.ms, s.device_ms, tokens);
-}
-
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
@@ -459,22 +324,21 @@ void Engine::record_eval(int64_t step, float loss) {
 int64_t Engine::step() const { return impl_->step; }
 double Engine::last_lr() const { return impl_->last_lr; }
 
-namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+HostTensor Engine::Impl::forward_host(const HostTensor& input) {
+  std::lock_guard<std::mutex> lock(mu);
+  te::set_current_device(device());  // the caller's thread stages, gathers and copies
+  const auto t0 = std::chrono::steady_clock::now();
+  double device_ms = 0;
+  StagedTensor x = stage(input);
+  HostTensor y = to_host(*run_forward(*x.impl(), &device_ms).impl());
+  record_step(ms_since(t0), device_ms, x.tokens());
+  return y;
 }
-}  // namespace
 
 HostTensor Engine::forward(const HostTensor& input) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    const auto t0 = std::chrono::steady_clock::now();
-    double device = 0;
-    StagedTensor x = impl_->stage(input);
-    HostTensor y = impl_->to_host(*impl_->run_forward(*x.impl(), &device).impl());
-    impl_->record_step(ms_since(t0), device, x.tokens());
-    return y;
+    if (const auto batcher = impl_->current_batcher()) return impl_->forward_batched(*batcher, input);
+    return impl_->forward_host(input);
   });
 }
 
@@ -532,150 +396,19 @@ HostTensor Engine::to_host(const StagedTensor& tensor) {
   });
 }
 
-double Engine::last_step_ms() const {
-  std::lock_guard<std::mutex> lock(impl_->metrics_mu);
-  return impl_->history.last_ms();
-}
-
 int64_t Engine::hidden() const { return impl_->spec().model.hidden; }
 int Engine::rank() const { return impl_->group->placement.rank; }
 int Engine::world_size() const { return impl_->world(); }
 int64_t Engine::tokens() const { return impl_->spec().run.tokens; }
-int64_t Engine::token_multiple() const {
-  return impl_->spec().parallel.sequence_parallel && impl_->world() > 1 ? impl_->world() : 1;
-}
+int64_t Engine::token_multiple() const { return impl_->token_multiple(); }
 std::string Engine::recipe() const { return std::string(te::recipe_name(impl_->spec().precision.recipe)); }
 bool Engine::tokens_independent() const {
-  // The forward quantizes activations row-wise only: per 1x128 block (fp8_block) or 1x32 block (mxfp8) of a token.
-  switch (impl_->spec().precision.recipe) {
-    case te::Recipe::none:
-    case te::Recipe::fp8_block:
-    case te::Recipe::mxfp8: return true;
-    default: return false;
-  }
+  // The forward quantizes only the input activation by its values (weights are fixed), and only its row-wise copy:
+  // unquantized, or per block within a token (fp8_block's 1x128, MXFP8's 1x32), no token's value reaches another's.
+  const te::RecipeConfigs rc = te::recipe_configs(impl_->spec().precision, impl_->spec().run.seed);
+  return !rc.input || rc.input->format == te::QuantFormat::fp8_block_1d || rc.input->format == te::QuantFormat::mxfp8;
 }
-
-std::string Engine::metrics_json() const {
-  const Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.metrics_mu);
-  const te::CommMetrics& c = m.last.comm;
-  const te::StepHistory& h = m.history;
-  auto pc = [](const te::PathCounter& p) { return nlohmann::json{{"calls", p.calls}, {"bytes", p.bytes}}; };
-  int64_t peak = 0, rss = 0;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const auto& r : m.last.ranks) {
-    peak = std::max(peak, r.peak_bytes);
-    rss = std::max(rss, r.peak_rss_bytes);
-    ranks.push_back({{"peak_bytes", r.peak_bytes}, {"peak_rss_bytes", r.peak_rss_bytes}});
-  }
-  if (m.last.ranks.empty()) {
-    peak = te::memory_stats(m.device()).peak_bytes;
-    rss = peak_rss_bytes();
-  }
-  nlohmann::json eval = nlohmann::json::array();
-  for (const auto& [s, l] : h.evals()) eval.push_back({{"step", s}, {"loss", l}});
-  nlohmann::json j = {
-      {"model", m.spec().name},
-      {"mode", std::string(te::run_mode_name(m.spec().run.mode))},
-      {"device", m.device().str()},
-      {"world_size", m.world()},
-      {"comm_backend", std::string(te::comm_backend_name(m.group->placement.backend))},
-      {"processes", m.group->distributed() ? m.world() : 1},
-      {"recipe", std::string(te::recipe_name(m.spec().precision.recipe))},
-      {"tokens", m.spec().run.tokens},
-      {"steps", h.steps()},
-      {"step_window", te::StepHistory::kWindow},
-      {"step_ms", h.wall_ms()},
-      {"device_ms", h.device_ms()},
-      {"step_ms_histogram", h.histogram_json()},
-      {"tokens_total", h.tokens()},
-      {"tokens_per_s", h.total_ms() > 0 ? static_cast<double>(h.tokens()) / (h.total_ms() * 1e-3) : 0.0},
-      {"peak_bytes", peak},
-      {"peak_rss_bytes", rss},
-      {"per_process", ranks},
-      {"loss", h.losses()},
-      {"lr", h.lrs()},
-      {"first_step", m.first_step},
-      {"eval", eval},
-      {"eval_loss", h.evals().empty() ? nlohmann::json(nullptr) : nlohmann::json(h.evals().back().second)},
-      {"comm",
-       {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
-                    {"high_precision", pc(c.gather_hp)}}},
-        {"reduce_scatter", pc(c.reduce_scatter)},
-        {"all_reduce", pc(c.all_reduce)}}},
-  };
-  return j.dump(2);
-}
-
-std::string Engine::explain() const {
-  const Impl& m = *impl_;
-  std::ostringstream o;
-  o << te::describe_spec(m.spec());
-  const int w = m.world();
-  const bool sp = m.spec().parallel.sequence_parallel && w > 1;
-  const int64_t local_tokens = m.local_tokens(m.spec().run.tokens);
-  te::RecipeConfigs rc = te::recipe_configs(m.spec().precision, m.spec().run.seed);
-  if (m.group->distributed())
-    o << "device " << m.device().str() << ", rank " << m.group->placement.rank << " of " << w << " (one process per rank, "
-      << te::comm_backend_name(m.group->placement.backend) << ")\n";
-  else
-    o << "device " << m.device().str() << ", " << w << " rank(s) as threads on the local communicator\n";
-  o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec().model.hidden << "]):\n";
-  // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
-  auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {
-    std::optional<te::Quantizer> q;
-    if (qc) q.emplace(*qc);
-    te::GatherPlan p = te::plan_gather({local_tokens, m.spec().model.hidden}, q ? &*q : nullptr, usages, w);
-    if (!qc) {
-      o << "  " << what << ": " << te::gather_route_name(p.tensor.path) << " ("
-        << te::dtype_name(m.spec().model.dtype) << ")\n";
-      return;
-    }
-    for (te::Usage u : {te::Usage::rowwise, te::Usage::columnwise}) {
-      if (!te::has_usage(usages, u)) continue;
-      const te::UsagePath& up = p.of(u);
-      o << "  " << what << ", " << te::usage_name(u) << ": " << te::gather_route_name(up.path);
-      if (!up.reason.empty()) o << " — " << up.reason;
-      o << "\n";
-    }
-  };
-  if (!sp) {
-    o << "  none (no sequence parallelism)\n";
-  } else {
-    line("column-parallel input, forward", te::Usage::rowwise, rc.input);
-    if (m.spec().run.mode == te::RunMode::train) {
-      line("column-parallel input, backward re-gather", te::Usage::columnwise, rc.input);
-      line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
-    }
-  }
-  int64_t arena = -1;
-  if (m.graph_forward()) {
-    o << "rank 0 forward plan (" << local_tokens << " local tokens):\n";
-    if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) {
-      o << m.graphs[0]->explain();
-      arena = m.graphs[0]->plan().arena_bytes;
-    } else {
-      te::ModelGraph g(*m.group->models[0], local_tokens);  // planning touches no device memory but the arena
-      o << g.explain();
-      arena = g.plan().arena_bytes;
-    }
-  } else {
-    o << (m.spec().run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
-                                                : "inference runs eagerly (run.executor: eager)\n");
-  }
-  // What rank 0 holds, by kind; communication buffers and eager activations come from the allocator's cache.
-  const te::RankModel::Memory mem = m.group->models[0]->memory();
-  auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
-  o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
-    << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
-    << mib(mem.optimizer_state)
-    << (mem.host_weights ? ", model-dtype weights in host memory (for saving) " + mib(mem.host_weights) : "")
-    << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes())
-    << ", activations " << (arena >= 0 ? mib(arena) + " (planned arena)" : std::string("eager (allocator cache)"))
-    << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
-    << mib(te::memory_stats(m.device()).peak_bytes) << "\n";
-  return o.str();
-}
+std::string Engine::dtype() const { return std::string(te::dtype_name(impl_->spec().model.dtype)); }
 
 HostTensor HostTensor::from_floats(std::vector<int64_t> shape, const std::vector<float>& values) {
   HostTensor h;

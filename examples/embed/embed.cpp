@@ -1,4 +1,5 @@
-// The smallest embedding of the public API: one Engine, several client threads calling forward() concurrently.
+// The smallest embedding of the public API: one Engine, several client threads calling forward() concurrently,
+// batched by the engine where that leaves every output as it is alone (Engine::set_batching).
 //   embed MODEL.yaml [THREADS] [REQUESTS_PER_THREAD]
 // Prints one checksum per client so runs can be compared, and exits non-zero on any error.
 #include <teengine/teengine.h>
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   const int requests = argc > 3 ? std::atoi(argv[3]) : 2;
   try {
     auto engine = teengine::Engine::from_yaml(argv[1], {"run.mode=infer"});
+    engine.set_batching({.enabled = engine.tokens_independent()});
     const int64_t tokens = engine.tokens(), hidden = engine.hidden();
     std::vector<double> sums(threads, 0.0);
     std::vector<std::thread> pool;

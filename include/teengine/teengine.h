@@ -7,8 +7,14 @@
 //   teengine::HostTensor y = engine.forward(x);                               // [tokens, hidden], model dtype
 //   std::puts(engine.metrics_json().c_str());
 //
-// Thread safety: concurrent forward() calls on one Engine are safe (they are serialised internally and each sees
-// the same weights); train_step() must not run concurrently with anything else on the same Engine.
+// Thread safety and concurrency: every Engine method may be called from any thread. The ranks run one call at a time
+// (forward, train_step, stage, to_host, weights and checkpoints take one lock per Engine), and each call's work
+// itself is spread over the ranks and, on the CPU, a pool of GEMM threads. Several requests in flight are served by
+// dynamic batching, not by running forwards side by side: with set_batching on, concurrent forward(HostTensor)
+// calls are concatenated along the tokens into one forward and each caller gets its own rows (BatchingOptions says
+// when that leaves outputs unchanged). Without it, concurrent forward() calls simply queue on the lock. Limits: a
+// batch waits for the forward before it; staged and device forwards are never batched; train_step must not run
+// concurrently with other calls on the same Engine.
 // Several processes: started by a launcher (`teengine launch -n N`, or torchrun's variables RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT), from_yaml joins the group: this process is rank RANK of parallel.tp, on GPU
 // LOCAL_RANK (nccl) or the CPU (gloo), and holds only its shard of the weights. Then forward, train_step,
@@ -69,9 +75,37 @@ class StagedTensor {
   std::shared_ptr<const Impl> impl_;
 };
 
+// Dynamic batching of concurrent forward(HostTensor) calls (Engine::set_batching). A worker thread of the engine
+// takes the oldest queued request and, in arrival order, every other one of the same input dtype that fits in
+// max_batch_tokens, after waiting up to max_wait_us (counted from the oldest's arrival) for company or until that
+// many tokens are queued; it runs them as one forward and splits the output back. Requests that arrive while a
+// forward runs queue for the next, so under load batches form even with max_wait_us 0.
+//
+// Exactness. With recipes that quantize the input per token (none, fp8_block, mxfp8: tokens_independent()) no value
+// of one request enters another's computation, and on the CPU each request's output is byte-identical to running it
+// alone: the CPU's forward GEMM computes every output element as one chain of fused multiply-adds in a fixed order,
+// whatever the rows beside it (ops/gemm/row_gemm.h; tests/models/test_batching.cpp checks it). On a GPU the outputs are equal in exact arithmetic, but cuBLASLt picks
+// its algorithm by the GEMM's shape, the token count included, so a batched row may round differently in the last
+// bits of the model dtype; that is not tested for byte identity. Recipes that scale the input per tensor
+// (fp8_current, fp8_delayed, nvfp4) take the scale from the amax of the whole forward input (fp8_delayed: of earlier
+// forwards), so batching changes every request's output and moves delayed scaling's history by the batch's
+// contents: set_batching refuses them unless allow_per_tensor_scaling is set.
+// Under sequence parallelism a forward's token count must be a multiple of tp (token_multiple()): for per-token
+// recipes a batch is padded with zero rows (dropped from the replies), so any token count is accepted; otherwise
+// each request must be a multiple itself.
+struct BatchingOptions {
+  bool enabled = false;
+  int64_t max_batch_tokens = 4096;  // a batch never holds more; a larger request still runs, alone
+  int64_t max_wait_us = 0;          // how long the oldest queued request waits for company
+  bool allow_per_tensor_scaling = false;
+};
+
 class Engine {
  public:
-  // `overrides` are "a.b=value" strings applied to the spec before validation (as `teengine run --set`).
+  // `overrides` are "a.b=value" strings applied to the spec before validation (as `teengine run --set`), e.g.
+  // "run.mode=infer", "precision.recipe=mxfp8", or "run.cuda_graph=true": on a GPU at tp 1 each token count's
+  // forward is then captured once as a CUDA graph and replayed (forward, staged and device forwards alike; at most
+  // 8 token counts keep a capture; ignored with a warning on the CPU; docs/MODEL-YAML.md lists every key).
   static Engine from_yaml(const std::string& path, const std::vector<std::string>& overrides = {});
   static Engine from_yaml_string(const std::string& yaml, const std::vector<std::string>& overrides = {});
   Engine(Engine&&) noexcept;
@@ -87,17 +121,31 @@ class Engine {
   int64_t tokens() const;  // run.tokens of the spec (any multiple of tp works under sequence parallelism)
   int64_t token_multiple() const;  // forward's token count must be a multiple of this: tp under SP, else 1
   std::string recipe() const;      // precision.recipe: none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
-  // True when each token's output depends on that token alone (the block has no attention, and the recipe
-  // quantizes activations per token or per block within a token: none, fp8_block, mxfp8), so a server may run
-  // several requests concatenated along the tokens as one forward. In exact arithmetic each request then gets what
-  // it gets alone; in floating point the GEMM library (OpenBLAS, cuBLASLt) picks its kernel, and so the rounding of
-  // a row's sums, by the number of rows in the call, so some outputs may move by an ulp of the model dtype.
-  // False for per-tensor scaling (fp8_delayed, fp8_current, nvfp4): the scale comes from the amax of the whole
-  // input (fp8_delayed: of earlier steps), so batching changes every request's output.
+  std::string dtype() const;       // model.dtype: the dtype of every output
+  // True when each token's output depends on that token alone: the block has no attention, and the recipe
+  // quantizes the input unquantized or per block within a token (none, fp8_block, mxfp8). False for per-tensor
+  // scaling (fp8_delayed, fp8_current, nvfp4). BatchingOptions says what it means for batching.
   bool tokens_independent() const;
 
-  // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype.
+  // input [tokens, hidden] in any float dtype → output [tokens, hidden] in the model dtype. Batched with other
+  // threads' calls when set_batching is on.
   HostTensor forward(const HostTensor& input);
+  // The forward on buffers the caller owns, where the engine computes, with no host copy: `input` holds
+  // [tokens, hidden] row-major in `input_dtype` (f32, bf16 or f16), `output` receives [tokens, hidden] in dtype().
+  // On a GPU engine both are device memory of the engine's GPU and `stream` is the caller's cudaStream_t (nullptr:
+  // the legacy default stream): the engine's streams first wait for the work queued on `stream` before the call
+  // (e.g. what writes `input`), so the caller need not synchronise. On a CPU engine both are host memory and
+  // `stream` must be nullptr. Returns once `output` is written (the host waits for the forward); `input` is only
+  // read. Needs the ranks in this process (parallel.comm local: a multi-process engine is refused) and, under
+  // sequence parallelism, a token count that is a multiple of tp. Never batched; recorded in the metrics as a step.
+  void forward_device(const void* input, const std::string& input_dtype, void* output, int64_t tokens,
+                      void* stream = nullptr);
+  // Dynamic batching (BatchingOptions above); off by default. Refused (input Error) for a multi-process engine, and
+  // for per-tensor recipes unless allow_per_tensor_scaling. May be called at any time: new options apply to the
+  // requests already queued (max_wait_us 0 sends them now, e.g. before a shutdown); switching it off runs what is
+  // queued, then forward() runs each call alone again.
+  void set_batching(const BatchingOptions& options);
+  BatchingOptions batching() const;
   // One optimizer step on MSE(forward(input), target); returns the loss. A non-finite loss skips the update, so
   // the weights (and save_weights) stay those of the last good step. The learning rate of step s is the spec's
   // schedule at s (run.optimizer.schedule; last_lr() tells it), s counting every step since the start of training
@@ -129,12 +177,13 @@ class Engine {
   // `device_ms` (the ranks' work on their streams, GPU events; the compute's wall time on the CPU), the slowest rank's;
   // `loss` and `lr` per train_step, `first_step` (a loaded checkpoint's step), `eval` [{step, loss}] and `eval_loss`
   // (the last, or null). Bounded for long-running processes: `steps`, `tokens_total`, `tokens_per_s` and
-  // `step_ms_histogram` cover every step (forward or train_step); the lists `step_ms`, `device_ms`, `loss`, `lr` and
-  // `eval` keep only the last `step_window` (1024) entries, oldest first. `step_ms_histogram` is
-  // {"le_ms": [0.01, 0.02, 0.04, … ×2 …, null], "counts", "count", "sum_ms"}: counts[i] steps took step_ms in
-  // (le_ms[i-1], le_ms[i]] (not cumulative); null is +infinity. `comm` counts every gather and reduction since the
-  // engine was built; `peak_bytes` and `per_process` are as of the last step. Safe to call while other threads run
-  // forward().
+  // `step_ms_histogram` cover every step (each forward, batched or not, and each train_step); the lists `step_ms`,
+  // `device_ms`, `loss`, `lr` and `eval` keep only the last `step_window` (1024) entries, oldest first.
+  // `step_ms_histogram` is {"le_ms": [0.01, 0.02, 0.04, … ×2 …, null], "counts", "count", "sum_ms"}: counts[i] steps
+  // took step_ms in (le_ms[i-1], le_ms[i]] (not cumulative); null is +infinity. `batching`: {"enabled"} and, when
+  // on, "batches", "requests", "padded_tokens" and the histograms "requests_per_batch" and "tokens_per_batch" (same
+  // form, keys "le" and "sum"). `comm` counts every gather and reduction since the engine was built; `peak_bytes`
+  // and `per_process` are as of the last step. Safe to call while other threads run forward().
   std::string metrics_json() const;
   double last_step_ms() const;  // the last entry of step_ms (0 before the first step)
   std::string explain() const;       // the plan, as `teengine run --explain` prints it

@@ -1,0 +1,81 @@
+// Engine::explain: the plan `teengine run --explain` prints (spec, placement, gather paths, forward plan, memory).
+#include <iomanip>
+#include <sstream>
+
+#include "comm/gather.h"
+#include "engine/allocator.h"
+#include "models/engine_state.h"
+#include "models/recipe.h"
+
+namespace teengine {
+
+std::string Engine::explain() const {
+  const Impl& m = *impl_;
+  std::ostringstream o;
+  o << te::describe_spec(m.spec());
+  const int w = m.world();
+  const bool sp = m.spec().parallel.sequence_parallel && w > 1;
+  const int64_t local_tokens = m.local_tokens(m.spec().run.tokens);
+  te::RecipeConfigs rc = te::recipe_configs(m.spec().precision, m.spec().run.seed);
+  if (m.group->distributed())
+    o << "device " << m.device().str() << ", rank " << m.group->placement.rank << " of " << w << " (one process per rank, "
+      << te::comm_backend_name(m.group->placement.backend) << ")\n";
+  else
+    o << "device " << m.device().str() << ", " << w << " rank(s) as threads on the local communicator\n";
+  o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec().model.hidden << "]):\n";
+  // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
+  auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {
+    std::optional<te::Quantizer> q;
+    if (qc) q.emplace(*qc);
+    te::GatherPlan p = te::plan_gather({local_tokens, m.spec().model.hidden}, q ? &*q : nullptr, usages, w);
+    if (!qc) {
+      o << "  " << what << ": " << te::gather_route_name(p.tensor.path) << " ("
+        << te::dtype_name(m.spec().model.dtype) << ")\n";
+      return;
+    }
+    for (te::Usage u : {te::Usage::rowwise, te::Usage::columnwise}) {
+      if (!te::has_usage(usages, u)) continue;
+      const te::UsagePath& up = p.of(u);
+      o << "  " << what << ", " << te::usage_name(u) << ": " << te::gather_route_name(up.path);
+      if (!up.reason.empty()) o << " — " << up.reason;
+      o << "\n";
+    }
+  };
+  if (!sp) {
+    o << "  none (no sequence parallelism)\n";
+  } else {
+    line("column-parallel input, forward", te::Usage::rowwise, rc.input);
+    if (m.spec().run.mode == te::RunMode::train) {
+      line("column-parallel input, backward re-gather", te::Usage::columnwise, rc.input);
+      line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
+    }
+  }
+  int64_t arena = -1;
+  if (m.graph_forward()) {
+    o << "rank 0 forward plan (" << local_tokens << " local tokens):\n";
+    if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) {
+      o << m.graphs[0]->explain();
+      arena = m.graphs[0]->plan().arena_bytes;
+    } else {
+      te::ModelGraph g(*m.group->models[0], local_tokens);  // planning touches no device memory but the arena
+      o << g.explain();
+      arena = g.plan().arena_bytes;
+    }
+  } else {
+    o << (m.spec().run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
+                                                : "inference runs eagerly (run.executor: eager)\n");
+  }
+  // What rank 0 holds, by kind; communication buffers and eager activations come from the allocator's cache.
+  const te::RankModel::Memory mem = m.group->models[0]->memory();
+  auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
+  o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
+    << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
+    << mib(mem.optimizer_state)
+    << (mem.host_weights ? ", model-dtype weights in host memory (for saving) " + mib(mem.host_weights) : "")
+    << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes())
+    << ", activations " << (arena >= 0 ? mib(arena) + " (planned arena)" : std::string("eager (allocator cache)"))
+    << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
+    << mib(te::memory_stats(m.device()).peak_bytes) << "\n";
+  return o.str();
+}
+}  // namespace teengine

@@ -1,0 +1,125 @@
+// The state behind teengine::Engine and StagedTensor, shared by the files that implement the Engine: engine.cpp
+// (building, staging, forward and training), engine_metrics.cpp, engine_explain.cpp, engine_device.cpp (forward on
+// caller-owned buffers) and engine_batching.cpp (dynamic batching of concurrent forward calls).
+#pragma once
+#include <teengine/teengine.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/pinned_host.h"
+#include "engine/stream.h"
+#include "models/engine_impl.h"
+#include "models/forward_replay.h"
+#include "models/model_graph.h"
+#include "models/rank_group.h"
+#include "models/request_batcher.h"
+#include "models/step_history.h"
+
+namespace teengine {
+
+struct StagedTensor::Impl {
+  const void* owner = nullptr;   // the Engine::Impl that staged it
+  int64_t tokens = 0;
+  std::vector<te::Tensor> rows;  // per local rank: its rows (all of them without SP), on its device, model dtype
+};
+
+namespace detail {
+// What a step leaves in the metrics, over every rank of the group: the slowest rank's time, the summed gather and
+// reduction counters, and each process's peak memory.
+struct StepStats {
+  double ms = 0, device_ms = 0;
+  te::CommMetrics comm;
+  struct Rank {
+    int64_t peak_bytes = 0, peak_rss_bytes = 0;
+  };
+  std::vector<Rank> ranks;  // distributed: one per rank; local: one for this process
+};
+
+// The dtype of `h` after checking it is a float dtype the engine reads and its bytes fill its shape (input Error).
+te::DType check_host_bytes(const HostTensor& h);
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace detail
+
+struct Engine::Impl {
+  std::unique_ptr<te::RankGroup> group;  // spec, placement, and per local rank a communicator, context and model
+  std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
+  std::mutex mu;  // the ranks run one call at a time: forward, train_step, stage, to_host, weights, checkpoints
+  // The host side of every host-tensor copy (page-locked on a GPU), used under `mu`: stage() and to_host()
+  // synchronise before they return, so one buffer serves inputs, targets and outputs in turn.
+  std::unique_ptr<te::PinnedHostBuffer> staging;
+  // run.cuda_graph: per token count, the graph forward captured once and replayed (GPU, tp 1). At most
+  // kReplayBuckets token counts keep a capture (each holds its buffers); the least recently used goes first.
+  struct ReplayBucket {
+    te::Tensor input;  // [tokens, hidden]: the captured forward reads it in place
+    std::unique_ptr<te::ModelGraph> graph;
+    std::unique_ptr<te::ForwardReplay> replay;  // declared last: destroyed first
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kReplayBuckets = 8;
+  std::map<int64_t, ReplayBucket> replays;
+  uint64_t replay_clock = 0;
+  std::vector<std::pair<te::Event, te::Event>> timers;  // per local rank: a step's first and last event (GPU)
+  // What metrics_json reports, under its own lock so metrics can be read while a step runs under `mu`.
+  mutable std::mutex metrics_mu;
+  te::StepHistory history;  // bounded: counters, histogram, the last StepHistory::kWindow steps
+  int64_t first_step = 0;   // the step the engine started from (a loaded checkpoint's)
+  double last_lr = 0;
+  detail::StepStats last;
+  int64_t step = 0;
+  // Dynamic batching (Engine::set_batching): null when off. Callers take a reference under batch_mu, so switching
+  // it off never pulls it from under a caller (who then runs alone). Declared last: closed and joined first.
+  mutable std::mutex batch_mu;
+  BatchingOptions batching;
+  std::shared_ptr<te::RequestBatcher> batcher;
+
+  const te::ModelSpec& spec() const { return group->spec; }
+  te::Device device() const { return group->ctxs[0]->device; }
+  int world() const { return group->world(); }
+  int64_t token_multiple() const { return spec().parallel.sequence_parallel && world() > 1 ? world() : 1; }
+  bool graph_forward() const {
+    return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
+  }
+  bool replays_forward() const {
+    return spec().run.cuda_graph && graph_forward() && device().is_cuda() && world() == 1 && !group->distributed();
+  }
+  // The forward of x [tokens, hidden] through the token count's captured graph; returns a copy of the output
+  // (the replay's own buffer is overwritten by the next replay).
+  te::Tensor replay_forward(const te::Tensor& x);
+  int64_t local_tokens(int64_t tokens) const { return tokens / token_multiple(); }
+  // Refuses an input of the wrong shape, no tokens, or (sequence parallelism) a token count not a multiple of tp
+  // unless `any_tokens`, from its fields alone: nothing is copied or allocated for a request that cannot run.
+  void check_input(const std::vector<int64_t>& shape, bool any_tokens = false) const;
+  // Local rows of rank r (local index i): SP splits the tokens; without SP every rank sees all of them.
+  te::Tensor rank_input(const te::Tensor& global, int r, int i, te::DType dtype) const;
+  StagedTensor stage(const HostTensor& h);
+  StagedTensor stage(const te::Tensor& x);  // x [tokens, hidden], checked, on the host or the engine's device
+  const StagedTensor::Impl& staged(const StagedTensor& t, const char* what) const;  // checks the owner
+  // Runs fn(comm, local index) on every local rank; returns the slowest rank's time on its stream (ms).
+  double run_timed(const std::function<void(te::Communicator&, int)>& fn);
+  StagedTensor run_forward(const StagedTensor::Impl& x, double* device_ms);
+  HostTensor forward_host(const HostTensor& input);  // Engine::forward of one input, unbatched (takes `mu`)
+  // Engine::forward through the batcher: checks the request, queues it and waits for its rows of the batch.
+  HostTensor forward_batched(te::RequestBatcher& batcher, const HostTensor& input);
+  float run_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, double* device_ms);
+  float run_eval(const StagedTensor::Impl& x, const StagedTensor::Impl& target);
+  void check_train(const StagedTensor::Impl& x, const StagedTensor::Impl& target, const char* what) const;
+  // The global [T, H] output from the ranks' rows (distributed: all-gathered from the other processes).
+  HostTensor to_host(const StagedTensor::Impl& t);
+  // The same into `out` [T, H] (model dtype) on the engine's device, each rank's rows on its stream; synchronised.
+  // In-process ranks only.
+  void write_rows(const StagedTensor::Impl& t, te::Tensor& out);
+  // Records a step on this process; distributed: collective (every rank's times and counters).
+  void record_step(double wall_ms, double device_ms, int64_t tokens);
+  std::shared_ptr<te::RequestBatcher> current_batcher() const;
+};
+
+}  // namespace teengine
