@@ -3,8 +3,8 @@
 //   POST /v1/forward   safetensors `input` [t, hidden] → `output`, or JSON {"shape", "data"} → JSON (http_codec.h)
 //   GET  /healthz      200 "ok" while serving
 //   GET  /metrics      Prometheus text (metrics.h)
-// Concurrent requests are batched into one forward (batcher.h). SIGTERM or SIGINT stops accepting, answers every
-// request already received, and exits 0.
+// Concurrent requests are batched into one forward by the engine (Engine::set_batching). SIGTERM or SIGINT stops
+// accepting, answers every request already received, and exits 0.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -22,7 +22,6 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "batcher.h"
 #include "http_codec.h"
 #include "metrics.h"
 #include "options.h"
@@ -97,13 +96,20 @@ int main(int argc, char** argv) {
     // Under a launcher every rank must call forward collectively; this server drives one process's engine only.
     if (nlohmann::json::parse(engine.metrics_json()).value("processes", 1) > 1)
       throw teengine::Error("teengine-serve runs as one process: use parallel.comm local (tp ranks as threads)", true);
+    // Batching: on by default where it leaves every output as it is alone (per-token recipes); --batching on
+    // forces it for per-tensor recipes, where a request's output then depends on its batch-mates.
     const bool batching = opt.batching == "on" || (opt.batching == "auto" && engine.tokens_independent());
     if (batching && !engine.tokens_independent())
       log_line("warn", "batching is on with recipe " + engine.recipe() +
                            ", which scales per tensor: a request's output depends on the requests batched with it");
+    teengine::BatchingOptions batch;
+    batch.enabled = batching;
+    batch.max_batch_tokens = opt.max_batch_tokens;
+    batch.max_wait_us = opt.max_wait_us;
+    batch.allow_per_tensor_scaling = opt.batching == "on";
+    engine.set_batching(batch);
 
     serve::ServerMetrics metrics;
-    serve::Batcher batcher(engine, {batching, opt.max_batch_tokens, opt.max_wait_us}, metrics);
     const serve::RequestLimits limits{engine.hidden(), opt.max_batch_tokens};
     std::atomic<bool> draining{false};
 
@@ -137,12 +143,9 @@ int main(int argc, char** argv) {
       int64_t tokens = 0;
       try {
         const serve::BodyFormat format = serve::body_format(req.get_header_value("Content-Type"));
-        teengine::HostTensor x = serve::decode(format, req.body, limits);
-        int status = 0;
-        const std::string why = batcher.admission_error(x, &status);
-        if (!why.empty()) throw serve::BadRequest(status, why);
+        const teengine::HostTensor x = serve::decode(format, req.body, limits);
         tokens = x.shape[0];
-        res.set_content(serve::encode(format, batcher.run(std::move(x))), serve::content_type(format));
+        res.set_content(serve::encode(format, engine.forward(x)), serve::content_type(format));
         res.status = 200;
       } catch (const serve::BadRequest& e) {
         reply_error(res, e.status, e.what());
@@ -191,7 +194,11 @@ int main(int argc, char** argv) {
       log_line("info", std::string("signal ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
                            ": draining in-flight requests");
       draining = true;
-      batcher.flush();  // queued requests go now instead of waiting for company
+      if (batch.enabled) {  // queued requests go now instead of waiting for company
+        teengine::BatchingOptions now = batch;
+        now.max_wait_us = 0;
+        engine.set_batching(now);
+      }
       while (!svr.is_running() && !listening_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       svr.stop();       // closes the listening socket; listen returns once every accepted request is answered
     });
@@ -199,7 +206,7 @@ int main(int argc, char** argv) {
     listening_done = true;
     if (!draining) on_stop_signal(0);  // wakes the stopper, which sees listening_done
     stopper.join();
-    batcher.stop();
+    engine.set_batching({});  // runs anything still queued
     log_line("info", "stopped");
     return ok || draining ? 0 : 1;
   } catch (const teengine::Error& e) {

@@ -7,6 +7,8 @@
 
 namespace serve {
 namespace {
+using nlohmann::json;
+
 std::string num(double v) {
   if (std::isinf(v)) return "+Inf";
   char buf[32];
@@ -16,6 +18,22 @@ std::string num(double v) {
 void line(std::string& out, const std::string& series, double v) { out += series + " " + num(v) + "\n"; }
 void head(std::string& out, const std::string& name, const char* type, const std::string& help) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+// One of the engine's histograms ({le_key: [bounds…, null], "counts" per bucket, "count", sum_key}) as a Prometheus
+// one: cumulative counts, bounds and sum multiplied by `scale` (ms → s).
+void engine_histogram(std::string& out, const std::string& name, const std::string& help, const json& h,
+                      const char* le_key, const char* sum_key, double scale) {
+  if (!h.contains(le_key) || !h.contains("counts")) return;
+  head(out, name, "histogram", help);
+  double cum = 0;
+  for (size_t i = 0; i < h[le_key].size() && i < h["counts"].size(); ++i) {
+    cum += h["counts"][i].get<double>();
+    const json& le = h[le_key][i];
+    line(out, name + "_bucket{le=\"" + (le.is_null() ? std::string("+Inf") : num(le.get<double>() * scale)) + "\"}", cum);
+  }
+  line(out, name + "_sum", h.value(sum_key, 0.0) * scale);
+  line(out, name + "_count", h.value("count", 0.0));
 }
 }  // namespace
 
@@ -41,10 +59,7 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
   line(out, name + "_count", static_cast<double>(count_));
 }
 
-ServerMetrics::ServerMetrics()
-    : latency_s_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}),
-      batch_requests_({1, 2, 4, 8, 16, 32, 64, 128, 256}),
-      batch_tokens_({16, 64, 256, 1024, 4096, 16384, 65536}) {}
+ServerMetrics::ServerMetrics() : latency_s_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}) {}
 
 void ServerMetrics::request_started() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -59,19 +74,6 @@ void ServerMetrics::request_done(int status, double seconds, int64_t tokens) {
     latency_s_.observe(seconds);
     tokens_ += tokens;
   }
-}
-
-void ServerMetrics::batch_done(int64_t requests, int64_t tokens, int64_t padded_tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
-  batch_requests_.observe(static_cast<double>(requests));
-  batch_tokens_.observe(static_cast<double>(tokens));
-  padded_tokens_ += padded_tokens;
-  max_batch_requests_ = std::max(max_batch_requests_, requests);
-}
-
-int64_t ServerMetrics::max_batch_requests() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return max_batch_requests_;
 }
 
 std::string ServerMetrics::prometheus(const std::string& engine_metrics_json) const {
@@ -89,34 +91,28 @@ std::string ServerMetrics::prometheus(const std::string& engine_metrics_json) co
     line(out, "teengine_serve_in_flight_requests", static_cast<double>(in_flight_));
     head(out, "teengine_serve_tokens_total", "counter", "tokens of the requests answered with 200");
     line(out, "teengine_serve_tokens_total", static_cast<double>(tokens_));
-    head(out, "teengine_serve_padded_tokens_total", "counter", "zero rows added to batches for sequence parallelism");
-    line(out, "teengine_serve_padded_tokens_total", static_cast<double>(padded_tokens_));
     latency_s_.write(out, "teengine_serve_request_duration_seconds", "request latency, body read to reply (200 only)");
-    batch_requests_.write(out, "teengine_serve_batch_requests", "requests per forward (dynamic batching)");
-    batch_tokens_.write(out, "teengine_serve_batch_tokens", "tokens per forward, padding included");
   }
-  const auto e = nlohmann::json::parse(engine_metrics_json, nullptr, false);
+  const json e = json::parse(engine_metrics_json, nullptr, false);
   if (!e.is_object()) return out;
   head(out, "teengine_engine_steps_total", "counter", "forward calls run by the engine");
   line(out, "teengine_engine_steps_total", e.value("steps", 0.0));
   head(out, "teengine_engine_tokens_per_second", "gauge", "tokens per second of engine time (all steps)");
   line(out, "teengine_engine_tokens_per_second", e.value("tokens_per_s", 0.0));
-  // The engine's histogram is per bucket in ms; Prometheus wants cumulative counts in seconds.
-  const auto& h = e.value("step_ms_histogram", nlohmann::json::object());
-  if (h.contains("le_ms") && h.contains("counts")) {
-    const std::string name = "teengine_engine_step_seconds";
-    head(out, name, "histogram", "engine forward wall time per step");
-    double cum = 0;
-    for (size_t i = 0; i < h["le_ms"].size() && i < h["counts"].size(); ++i) {
-      cum += h["counts"][i].get<double>();
-      const auto& le = h["le_ms"][i];
-      line(out, name + "_bucket{le=\"" + (le.is_null() ? std::string("+Inf") : num(le.get<double>() * 1e-3)) + "\"}",
-           cum);
-    }
-    line(out, name + "_sum", h.value("sum_ms", 0.0) * 1e-3);
-    line(out, name + "_count", h.value("count", 0.0));
+  engine_histogram(out, "teengine_engine_step_seconds", "engine forward wall time per step",
+                   e.value("step_ms_histogram", json::object()), "le_ms", "sum_ms", 1e-3);
+  const json& batching = e.value("batching", json::object());
+  if (batching.value("enabled", false)) {
+    head(out, "teengine_serve_batches_total", "counter", "forwards run by dynamic batching");
+    line(out, "teengine_serve_batches_total", batching.value("batches", 0.0));
+    head(out, "teengine_serve_padded_tokens_total", "counter", "zero rows added to batches for sequence parallelism");
+    line(out, "teengine_serve_padded_tokens_total", batching.value("padded_tokens", 0.0));
+    engine_histogram(out, "teengine_serve_batch_requests", "requests per forward (dynamic batching)",
+                     batching.value("requests_per_batch", json::object()), "le", "sum", 1);
+    engine_histogram(out, "teengine_serve_batch_tokens", "tokens per forward, padding included",
+                     batching.value("tokens_per_batch", json::object()), "le", "sum", 1);
   }
-  const auto& gather = e.value("comm", nlohmann::json::object()).value("gather", nlohmann::json::object());
+  const json& gather = e.value("comm", json::object()).value("gather", json::object());
   head(out, "teengine_engine_gather_bytes_total", "counter", "sequence-parallel gather bytes, by path");
   for (const char* path : {"quantized", "fallback", "high_precision"})
     if (gather.contains(path))

@@ -1,6 +1,6 @@
-// The server's own counters and the Prometheus text of GET /metrics: requests by status, request latency and batch
-// sizes as histograms (fixed buckets, so memory stays constant however long the server runs), tokens served, and
-// the engine's figures from Engine::metrics_json (steps, step-time histogram, tokens/s, gather bytes).
+// The server's own counters and the Prometheus text of GET /metrics: requests by status, request latency as a
+// histogram (fixed buckets, so memory stays constant however long the server runs) and tokens served, then the
+// engine's figures from Engine::metrics_json: steps, step time, tokens/s, batch sizes, gather bytes.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -17,7 +17,6 @@ class Histogram {
   void observe(double v);
   // Appends the `# TYPE` line and the _bucket/_sum/_count series of `name`.
   void write(std::string& out, const std::string& name, const std::string& help) const;
-  int64_t count() const { return count_; }
 
  private:
   std::vector<double> bounds_;
@@ -31,16 +30,14 @@ class ServerMetrics {
   ServerMetrics();
   void request_started();
   void request_done(int status, double seconds, int64_t tokens);
-  void batch_done(int64_t requests, int64_t tokens, int64_t padded_tokens);
   // Everything, with the engine's figures read from `engine_metrics_json`.
   std::string prometheus(const std::string& engine_metrics_json) const;
-  int64_t max_batch_requests() const;
 
  private:
   mutable std::mutex mu_;
   std::map<int, int64_t> by_status_;
-  int64_t in_flight_ = 0, tokens_ = 0, padded_tokens_ = 0, max_batch_requests_ = 0;
-  Histogram latency_s_, batch_requests_, batch_tokens_;
+  int64_t in_flight_ = 0, tokens_ = 0;
+  Histogram latency_s_;
 };
 
 }  // namespace serve

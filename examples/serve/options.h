@@ -15,8 +15,8 @@ struct Options {
   int port = 8080;                    // --port: 0 picks a free one (see --port-file)
   std::string port_file;              // --port-file: the bound port is written there once listening
   std::string batching = "auto";      // auto | on | off; auto = on when the recipe's tokens are independent
-  int64_t max_batch_tokens = 4096;
-  int64_t max_wait_us = 2000;
+  int64_t max_batch_tokens = 4096;    // the most tokens in one forward, and in one request
+  int64_t max_wait_us = 0;            // 0: a batch goes as soon as the engine is free
   int64_t max_body_bytes = 64 << 20;  // larger bodies get 413 before they are read
   int threads = 64;                   // HTTP worker threads: the most requests in flight (and in one batch)
   int read_timeout_s = 5;             // a client that sends nothing for this long is disconnected

@@ -1,8 +1,9 @@
 // serve_load: latency and throughput of teengine-serve on 127.0.0.1 at several client concurrencies, against
-// Engine::forward called directly in this process on the same inputs (the server's overhead). Bounded: at most
-// --requests requests and --seconds seconds per concurrency and side.
+// Engine::forward called directly in this process on the same inputs, from as many threads and with the server's
+// batching (--batching, --max-wait-us: give the server's), so the difference is the server's overhead: HTTP,
+// body coding, the socket. Bounded: at most --requests requests and --seconds seconds per concurrency and side.
 //   serve_load MODEL.yaml --port 8080 [--tokens 16] [--concurrency 1,8,64] [--requests 200] [--seconds 20]
-//              [--set k=v]... [--token T] [--no-direct]
+//              [--set k=v]... [--batching auto|on|off] [--max-wait-us N] [--token T] [--no-direct]
 // Prints one JSON object (stdout): per concurrency, p50/p99 latency (ms), requests/s and tokens/s of each side and
 // the p50 difference; a short table goes to stderr. Exits 1 if any request failed.
 #include <httplib.h>
@@ -77,7 +78,8 @@ nlohmann::json summary(const Side& s, int64_t tokens) {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "serve_load: %s\nusage: serve_load MODEL.yaml --port N [--host H] [--tokens T] "
-                       "[--concurrency 1,8,64] [--requests N] [--seconds S] [--set k=v]... [--token T] [--no-direct]\n",
+                       "[--concurrency 1,8,64] [--requests N] [--seconds S] [--set k=v]... [--batching auto|on|off] "
+                       "[--max-wait-us N] [--token T] [--no-direct]\n",
                why);
   std::exit(2);
 }
@@ -91,6 +93,8 @@ int main(int argc, char** argv) {
   bool direct = true;
   std::vector<int> concurrency = {1, 8, 64};
   std::vector<std::string> sets = {"run.mode=infer"};
+  std::string batching = "auto";
+  int64_t max_wait_us = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--no-direct") {
@@ -110,6 +114,8 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = std::atof(v.c_str());
     else if (a == "--set") sets.push_back(v);
     else if (a == "--token") token = v;
+    else if (a == "--batching") batching = v;
+    else if (a == "--max-wait-us") max_wait_us = std::atoll(v.c_str());
     else if (a == "--concurrency") {
       concurrency.clear();
       std::stringstream ss(v);
@@ -120,6 +126,11 @@ int main(int argc, char** argv) {
   try {
     teengine::set_log_level(teengine::LogLevel::error);
     teengine::Engine engine = teengine::Engine::from_yaml(model, sets);  // the direct side, and the input shape
+    teengine::BatchingOptions batch;  // as teengine-serve sets it
+    batch.enabled = batching == "on" || (batching == "auto" && engine.tokens_independent());
+    batch.allow_per_tensor_scaling = batching == "on";
+    batch.max_wait_us = max_wait_us;
+    engine.set_batching(batch);
     std::vector<teengine::HostTensor> inputs;
     std::vector<std::string> bodies;
     std::mt19937 gen(1);
@@ -131,7 +142,8 @@ int main(int argc, char** argv) {
       bodies.push_back(serve::encode_safetensors(inputs.back(), "input"));
     }
     nlohmann::json out = {{"server", host + ":" + std::to_string(port)}, {"model", model}, {"tokens", tokens},
-                          {"hidden", engine.hidden()}, {"recipe", engine.recipe()}, {"results", nlohmann::json::array()}};
+                          {"hidden", engine.hidden()}, {"recipe", engine.recipe()}, {"batching", batch.enabled},
+                          {"results", nlohmann::json::array()}};
     int64_t errors = 0;
     std::fprintf(stderr, "%-11s %-7s %9s %9s %10s %11s\n", "concurrency", "side", "p50 ms", "p99 ms", "req/s", "tokens/s");
     for (int c : concurrency) {
@@ -170,6 +182,9 @@ int main(int argc, char** argv) {
         const Side in_process = drive(c, requests, seconds, call);
         row["direct"] = summary(in_process, tokens);
         row["overhead_p50_ms"] = row["server"]["p50_ms"].get<double>() - row["direct"]["p50_ms"].get<double>();
+        row["overhead_p99_ms"] = row["server"]["p99_ms"].get<double>() - row["direct"]["p99_ms"].get<double>();
+        row["server_throughput_fraction"] =  // the server's requests/s as a share of the direct calls'
+            row["server"]["requests_per_s"].get<double>() / std::max(1e-9, row["direct"]["requests_per_s"].get<double>());
         print("direct", row["direct"]);
       }
       out["results"].push_back(row);
