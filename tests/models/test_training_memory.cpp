@@ -12,23 +12,23 @@
 namespace te {
 namespace {
 
-constexpr int64_t kTokens = 256, kHidden = 64, kFfn = 4096;
+constexpr int64_t kMemTokens = 256, kMemHidden = 64, kMemFfn = 4096;
 
-std::string mlp_model(const std::string& recipe) {
+std::string memory_model(const std::string& recipe) {
   return "name: memory\n"
-         "model:\n  hidden: " + std::to_string(kHidden) + "\n  layers: 1\n  dtype: bf16\n"
+         "model:\n  hidden: " + std::to_string(kMemHidden) + "\n  layers: 1\n  dtype: bf16\n"
          "  norm: {type: layernorm, eps: 1.0e-5}\n"
          "  block:\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: " + std::to_string(kFfn) + ", activation: gelu}} ]\n"
+         "    - [ {layernorm_mlp: {name: mlp, ffn: " + std::to_string(kMemFfn) + ", activation: gelu}} ]\n"
          "parallel: {tp: 1, comm: local}\n"
          "precision: {recipe: " + recipe + "}\n"
-         "run: {mode: train, device: cpu, tokens: " + std::to_string(kTokens) + ", seed: 5}\n";
+         "run: {mode: train, device: cpu, tokens: " + std::to_string(kMemTokens) + ", seed: 5}\n";
 }
 
 // Peak bytes above the step's starting point, over the second training step.
 int64_t second_step_peak(const std::string& recipe) {
-  RankGroup g(parse_spec(mlp_model(recipe), "<test>"), Device::cpu());
-  Tensor x = Tensor::empty({kTokens, kHidden}, DType::bf16), t = Tensor::empty({kTokens, kHidden}, DType::bf16);
+  RankGroup g(parse_spec(memory_model(recipe), "<test>"), Device::cpu());
+  Tensor x = Tensor::empty({kMemTokens, kMemHidden}, DType::bf16), t = Tensor::empty({kMemTokens, kMemHidden}, DType::bf16);
   x.fill_normal(1);
   t.fill_normal(2);
   RankModel& m = *g.models[0];
@@ -40,7 +40,7 @@ int64_t second_step_peak(const std::string& recipe) {
 }
 
 TEST(TrainingMemory, RowParallelBackwardFreesItsInputBeforeDgrad) {
-  const int64_t act = kTokens * kFfn * 2;  // one [tokens, ffn] bf16 tensor
+  const int64_t act = kMemTokens * kMemFfn * 2;  // one [tokens, ffn] bf16 tensor
   const int64_t peak = second_step_peak("none");
   // At the row-parallel dgrad: GELU's input (kept for GELU's backward), dx, and the CPU GEMM's result before it is
   // copied into dx (bf16, one more activation): 3. Keeping FC2's saved input until after dgrad makes it 4. (Under a
