@@ -19,6 +19,7 @@
 #include "engine/element.h"
 #include "engine/log.h"
 #include "engine/pinned_host.h"
+#include "engine/printable.h"
 #include "models/checkpoint.h"
 #include "models/engine_impl.h"
 #include "models/lr_schedule.h"
@@ -141,12 +142,12 @@ namespace {
 te::Tensor host_to_tensor(const HostTensor& h, te::PinnedHostBuffer& staging) {
   auto dt = te::dtype_from_name(h.dtype);
   if (!dt || !te::is_high_precision(*dt))
-    TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
+    TE_INPUT_ERROR("input dtype " << te::quoted_value(h.dtype) << " is not supported", "use f32, bf16 or f16");
   const te::Shape shape(h.shape.begin(), h.shape.end());
   const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));  // refuses shapes that overflow
   if (static_cast<int64_t>(h.bytes.size()) != nbytes)
-    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
-                                  << " needs " << nbytes,
+    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " "
+                                  << te::printable(h.dtype) << " needs " << nbytes,
                    "fill HostTensor::bytes to match its shape and dtype");
   te::Tensor t = staging.view(shape, *dt);
   std::memcpy(t.data_ptr(), h.bytes.data(), h.bytes.size());
@@ -585,7 +586,8 @@ std::string Engine::metrics_json() const {
         {"reduce_scatter", pc(c.reduce_scatter)},
         {"all_reduce", pc(c.all_reduce)}}},
   };
-  return j.dump(2);
+  // A model name that is not UTF-8 (from the spec or its file name) gets U+FFFD rather than an exception.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string Engine::explain() const {

@@ -16,6 +16,7 @@
 
 #include "engine/element.h"
 #include "engine/error.h"
+#include "engine/printable.h"
 #include "models/checked_json.h"
 #include "models/spec_suggest.h"
 
@@ -40,27 +41,13 @@ std::string known_dtypes() {
   return join_names(v, ", ");
 }
 
-// A name as it appears in a message: quoted, control bytes escaped, long names shortened.
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 120; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > 120) out += "...";
-  return out + "'";
-}
+// A name as it appears in a message: quoted, control characters escaped, long names cut (engine/printable.h).
+std::string quote(std::string_view s) { return quoted_value(s); }
 
 constexpr const char* kReexport = "the file is truncated or corrupt: re-export it (e.g. safetensors.torch.save_file)";
 
 [[noreturn]] void fail(const std::string& label, const std::string& what, const std::string& hint) {
-  TE_INPUT_ERROR(label << ": " << what, hint);
+  TE_INPUT_ERROR(printable_path(label) << ": " << what, hint);
 }
 
 uint64_t elem_bytes(DType t) { return static_cast<uint64_t>(dtype_bits(t) / 8); }
@@ -278,8 +265,9 @@ const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const 
   std::string near = closest_name(name, names);
   fail(label_, "tensor " + quote(name) + " is missing (the file has " + std::to_string(entries_.size()) +
                    " tensors)",
-       near.empty() ? "list the file with `teengine inspect " + label_ + "`"
-                    : "did you mean " + quote(near) + "? (`teengine inspect " + label_ + "` lists them)");
+       near.empty() ? "list the file with `teengine inspect " + printable_path(label_) + "`"
+                    : "did you mean " + quote(near) + "? (`teengine inspect " + printable_path(label_) +
+                          "` lists them)");
 }
 
 void SafetensorsReader::read_bytes(uint64_t offset, uint64_t n, void* dst) const { read_runs(offset, n, n, 1, dst); }
@@ -336,8 +324,8 @@ Tensor SafetensorsReader::read_slice_converted(const std::string& name, const Sh
          "the file does not match the model: check the model spec (hidden, ffn, out) or re-export");
   TE_CHECK(dim >= 0 && dim < static_cast<int>(shape.size()) && begin >= 0 && length >= 0 &&
                begin + length <= shape[static_cast<size_t>(dim)],
-           label_ << ": slice [" << begin << ", " << begin + length << ") of dim " << dim << " is outside "
-                  << shape_str(shape));
+           printable_path(label_) << ": slice [" << begin << ", " << begin + length << ") of dim " << dim
+                                  << " is outside " << shape_str(shape));
   // The slice is `outer` runs of length·inner contiguous elements, one per index of the dimensions before `dim`.
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= shape[static_cast<size_t>(d)];
@@ -402,7 +390,8 @@ void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      TE_INPUT_ERROR("writing " << tmp << " failed: " << std::strerror(err), "check free disk space and permissions");
+      TE_INPUT_ERROR("writing " << printable_path(tmp) << " failed: " << std::strerror(err),
+                     "check free disk space and permissions");
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -426,12 +415,16 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    TE_INPUT_ERROR("cannot write " << path << ": directory " << dir.string() << " does not exist",
+    TE_INPUT_ERROR("cannot write " << printable_path(path) << ": directory " << printable_path(dir.string())
+                                   << " does not exist",
                    "create it first or choose another path");
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  std::string name = ".";  // appended in steps: GCC 12 warns (-Wrestrict) on "." + std::string&&
+  name += target.filename().string();
+  name += ".tmp.XXXXXX";
+  std::string tmp = (dir / name).string();
   int fd = ::mkstemp(tmp.data());
   if (fd < 0)
-    TE_INPUT_ERROR("cannot create a temporary file in " << dir.string() << ": " << std::strerror(errno),
+    TE_INPUT_ERROR("cannot create a temporary file in " << printable_path(dir.string()) << ": " << std::strerror(errno),
                    "check that the directory is writable");
   const std::string len = le64(p.header.size());
   write_all(fd, len.data(), len.size(), tmp);
@@ -447,12 +440,12 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   if (!closed) err = errno;
   if (!synced || !closed) {
     ::unlink(tmp.c_str());
-    TE_INPUT_ERROR("writing " << path << " failed: " << std::strerror(err), "check free disk space");
+    TE_INPUT_ERROR("writing " << printable_path(path) << " failed: " << std::strerror(err), "check free disk space");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    TE_INPUT_ERROR("cannot rename the temporary file onto " << path << ": " << std::strerror(err),
+    TE_INPUT_ERROR("cannot rename the temporary file onto " << printable_path(path) << ": " << std::strerror(err),
                    "is the path a directory, or on another file system?");
   }
 }

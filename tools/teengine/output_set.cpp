@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "engine/error.h"
+#include "engine/printable.h"
 
 namespace te::cli {
 namespace fs = std::filesystem;
@@ -74,24 +75,28 @@ OutputSet::OutputSet(std::vector<OutputRequest> outputs, const std::vector<std::
     }
     struct stat st {};
     if (::lstat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      TE_INPUT_ERROR(r.flag << " " << p << ": is " << describe_kind(st) << ", which the output would replace",
-                     "give the path of a regular file (or a new one)" << (r.stdout_ok ? "; '-' writes to stdout" : ""));
+      TE_INPUT_ERROR(
+          r.flag << " " << printable_path(p) << ": is " << describe_kind(st) << ", which the output would replace",
+          "give the path of a regular file (or a new one)" << (r.stdout_ok ? "; '-' writes to stdout" : ""));
     const fs::path dir = fs::path(p).has_parent_path() ? fs::path(p).parent_path() : fs::path(".");
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-      TE_INPUT_ERROR(r.flag << " " << p << ": directory " << dir.string() << " does not exist",
-                     "create it first or choose another path");
+      TE_INPUT_ERROR(
+          r.flag << " " << printable_path(p) << ": directory " << printable_path(dir.string()) << " does not exist",
+          "create it first or choose another path");
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
-      TE_INPUT_ERROR(r.flag << " " << p << ": directory " << dir.string() << " is not writable",
-                     "choose a directory you can write");
+      TE_INPUT_ERROR(
+          r.flag << " " << printable_path(p) << ": directory " << printable_path(dir.string()) << " is not writable",
+          "choose a directory you can write");
     for (const std::string& in : inputs)
       if (!in.empty() && same_file(p, in))
-        TE_INPUT_ERROR(r.flag << " " << p << ": is an input of this run (" << in << ") and would be overwritten",
+        TE_INPUT_ERROR(r.flag << " " << printable_path(p) << ": is an input of this run (" << printable_path(in)
+                              << ") and would be overwritten",
                        "write the output somewhere else");
     for (const Entry& e : entries_)
       if (e.req.path != "-" && (e.req.path == p || same_file(e.req.path, p) ||
                                 fs::weakly_canonical(e.req.path, ec) == fs::weakly_canonical(p, ec)))
-        TE_INPUT_ERROR(r.flag << " " << p << ": " << e.req.flag << " writes the same file",
+        TE_INPUT_ERROR(r.flag << " " << printable_path(p) << ": " << e.req.flag << " writes the same file",
                        "give each output its own path");
     entries_.push_back({r, "", "", false});
   }
@@ -127,8 +132,8 @@ void OutputSet::stage(const std::string& flag, const std::function<void(const st
   std::string tmp = (dir / name).string();
   const int fd = ::mkstemp(tmp.data());  // a unique name: two runs writing beside each other never collide
   if (fd < 0)
-    TE_INPUT_ERROR(flag << " " << e.req.path << ": cannot create a temporary file in " << dir.string() << ": "
-                        << std::strerror(errno),
+    TE_INPUT_ERROR(flag << " " << printable_path(e.req.path) << ": cannot create a temporary file in "
+                        << printable_path(dir.string()) << ": " << std::strerror(errno),
                    "check that the directory is writable");
   // The final file keeps the mode of the one it replaces, else rw-r--r-- (mkstemp creates 0600).
   struct stat st {};
@@ -159,7 +164,9 @@ void OutputSet::stage_text(const std::string& flag, const std::string& text) {
     ok = ok && ::fsync(fd) == 0;
     const int err = errno;
     if (fd >= 0) ::close(fd);
-    if (!ok) TE_INPUT_ERROR(flag << " " << e.req.path << ": writing failed: " << std::strerror(err), "check free disk space");
+    if (!ok)
+      TE_INPUT_ERROR(flag << " " << printable_path(e.req.path) << ": writing failed: " << std::strerror(err),
+                     "check free disk space");
   });
 }
 
@@ -173,8 +180,8 @@ void OutputSet::commit() {
       continue;
     }
     if (::rename(e.temp.c_str(), e.req.path.c_str()) != 0)
-      TE_INPUT_ERROR(e.req.flag << " " << e.req.path << ": cannot rename the finished file onto it: "
-                                << std::strerror(errno),
+      TE_INPUT_ERROR(e.req.flag << " " << printable_path(e.req.path)
+                                << ": cannot rename the finished file onto it: " << std::strerror(errno),
                      "is the path on another file system, or was it replaced by a directory meanwhile?");
     release_slot(e.temp);
     e.temp.clear();
