@@ -30,6 +30,7 @@ namespace {
 // Upper bounds keep every product of sizes far from int64 overflow downstream.
 constexpr int64_t kMaxFeatures = int64_t{1} << 20;
 constexpr int64_t kMaxTokens = int64_t{1} << 30;
+constexpr uintmax_t kMaxSpecBytes = uintmax_t{16} << 20;
 
 std::string fmt_num(double v) {
   std::ostringstream o;
@@ -457,6 +458,11 @@ ModelSpec load_spec_file(const std::string& path, const std::vector<std::string>
   if (std::filesystem::is_directory(path, ec)) TE_INPUT_ERROR(shown << ": is a directory", "pass a .yaml file");
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     TE_INPUT_ERROR(shown << ": is not a regular file (a FIFO, device or socket)", "pass a .yaml file");
+  // A spec is a few KB: a large file (weights passed as the spec) is refused before it is read into memory.
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxSpecBytes)
+    TE_INPUT_ERROR(shown << ": " << size << " bytes is too large for a model spec (limit " << kMaxSpecBytes << ")",
+                   "pass the .yaml spec; weights go in its weights: field");
   std::ifstream f(path, std::ios::binary);
   if (!f) TE_INPUT_ERROR(shown << ": cannot open the model spec", "check the path (e.g. models/tiny.yaml)");
   std::ostringstream ss;

@@ -17,6 +17,8 @@
 #include "engine/error.h"
 #include "engine/printable.h"
 #include "engine/tensor.h"
+#include "models/memory_estimate.h"
+#include "models/rank_placement.h"
 #include "models/safetensors.h"
 #include "models/spec.h"
 #include "tools/teengine/commands.h"
@@ -88,6 +90,9 @@ int run(const RunOptions& o) {
       {"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}};
   OutputSet outputs(requests, inputs);
   OutputSet::install_signal_cleanup();
+  // The engine checks this too, but the inputs below are read and allocated first: a run that cannot fit is refused
+  // here, naming the fields, before anything is allocated (models/memory_estimate.h).
+  check_memory_fits(spec, place_ranks(spec));
 
   // Inference input: from --input, else seeded: x ~ N(0, 1). Training data, eval set, the checkpoint to resume and
   // the checkpoint paths: opened and checked here too, before the engine allocates anything (train_inputs.h).
