@@ -15,6 +15,7 @@
 #include "engine/element.h"
 #include "engine/error.h"
 #include "engine/printable.h"
+#include "engine/temp_files.h"
 #include "models/safetensors_header.h"
 #include "models/spec_suggest.h"
 
@@ -324,6 +325,11 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   if (fd < 0)
     TE_INPUT_ERROR("cannot create a temporary file in " << printable_path(dir.string()) << ": " << std::strerror(errno),
                    "check that the directory is writable");
+  // Known to a SIGINT/SIGTERM handler (engine/temp_files.h) until it is renamed or removed.
+  struct Registered {
+    int slot;
+    ~Registered() { forget_temp_file(slot); }
+  } registered{register_temp_file(tmp)};
   const std::string len = le64(p.header.size());
   write_all(fd, len.data(), len.size(), tmp);
   write_all(fd, p.header.data(), p.header.size(), tmp);

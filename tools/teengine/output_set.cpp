@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -13,37 +12,15 @@
 
 #include "engine/error.h"
 #include "engine/printable.h"
+#include "engine/temp_files.h"
 
 namespace te::cli {
 namespace fs = std::filesystem;
 namespace {
 
-// Temporary paths a signal handler may unlink: fixed slots, written before a file is created and cleared after it
-// is renamed or removed, read by the handler with only async-signal-safe calls.
-constexpr int kSlots = 16;
-constexpr size_t kPathMax = 4096;
-char g_paths[kSlots][kPathMax];
-std::atomic<bool> g_used[kSlots];
-
-int claim_slot(const std::string& path) {
-  if (path.size() + 1 > kPathMax) return -1;
-  for (int i = 0; i < kSlots; ++i) {
-    bool expected = false;
-    if (g_used[i].load() || !g_used[i].compare_exchange_strong(expected, true)) continue;
-    std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
-    return i;
-  }
-  return -1;  // more than kSlots at once: the file is still removed on errors, just not on a signal
-}
-
-void release_slot(const std::string& path) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].load() && path == g_paths[i]) g_used[i].store(false);
-}
-
+// Removes the temporaries (the set's and write_safetensors' own), then ends the process with the signal.
 extern "C" void on_signal(int sig) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].load()) ::unlink(g_paths[i]);
+  remove_temp_files_signal_safe();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -106,7 +83,7 @@ OutputSet::~OutputSet() {
   for (Entry& e : entries_)
     if (!e.temp.empty()) {
       ::unlink(e.temp.c_str());
-      release_slot(e.temp);
+      forget_temp_file(e.slot);
     }
 }
 
@@ -140,7 +117,7 @@ void OutputSet::stage(const std::string& flag, const std::function<void(const st
   ::fchmod(fd, ::stat(e.req.path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644);
   ::close(fd);
   e.temp = tmp;
-  claim_slot(tmp);
+  e.slot = register_temp_file(tmp);
   write(tmp);  // throws: the destructor removes the temporary file
   e.staged = true;
 }
@@ -183,7 +160,7 @@ void OutputSet::commit() {
       TE_INPUT_ERROR(e.req.flag << " " << printable_path(e.req.path)
                                 << ": cannot rename the finished file onto it: " << std::strerror(errno),
                      "is the path on another file system, or was it replaced by a directory meanwhile?");
-    release_slot(e.temp);
+    forget_temp_file(e.slot);
     e.temp.clear();
   }
 }
