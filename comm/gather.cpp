@@ -4,7 +4,6 @@
 
 #include <mutex>
 #include <set>
-#include <tuple>
 
 #include "engine/error.h"
 #include "engine/log.h"
@@ -21,14 +20,14 @@ int64_t rows_of(const Shape& s) {
 }
 
 // One log line per (call site, reason): a fallback is expected to repeat every step.
-void log_fallback_once(const std::source_location& site, const std::string& msg) {
+void log_fallback_once(const CallSite& site, const std::string& msg) {
   static std::mutex mu;
-  static std::set<std::tuple<std::string, unsigned, unsigned>> seen;
+  static std::set<std::pair<std::string, unsigned>> seen;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (!seen.emplace(site.file_name(), site.line(), site.column()).second) return;
+    if (!seen.emplace(site.file, site.line).second) return;
   }
-  TE_LOG(warn, "gather_along_first_dim at " << site.file_name() << ":" << site.line() << ": " << msg);
+  TE_LOG(warn, "gather_along_first_dim at " << site.file << ":" << site.line << ": " << msg);
 }
 
 // A contiguous tensor's bytes as u8 [n] (fp4 and every other dtype move as bytes). Borrowed: the caller keeps
@@ -236,7 +235,7 @@ const Tensor& GatherResult::tensor() const {
 }
 
 GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm, Quantizer* quantizer, Usage usages,
-                                    bool async_op, const Stream& stream, std::source_location site) {
+                                    bool async_op, const Stream& stream, CallSite site) {
   const int W = comm.size();
   const Device dev = comm.device();
   const Tensor* hp = std::get_if<Tensor>(&input);

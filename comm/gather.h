@@ -17,12 +17,12 @@
 // NVFP4 with stochastic rounding always falls back: its random draws depend on the element's global index.
 #pragma once
 #include <memory>
-#include <source_location>
 #include <string>
 #include <variant>
 
 #include "comm/communicator.h"
 #include "comm/gather_plan.h"
+#include "engine/call_site.h"
 #include "ops/quant/quantizer.h"
 
 namespace te {
@@ -57,7 +57,7 @@ struct GatherResult {
 // fallback log line.
 GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm, Quantizer* quantizer, Usage usages,
                                     bool async_op, const Stream& stream = Stream(),
-                                    std::source_location site = std::source_location::current());
+                                    CallSite site = CallSite::here());
 
 // input [W·n, …] f32/bf16/f16 → [n, …] sum over ranks (always high precision). Throws te::Error when dim 0 does
 // not divide by the world size. World size 1 returns the input.

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/printable.h"
+
 namespace te {
 namespace {
 LogLevel level_from_env() {
@@ -40,9 +42,7 @@ std::optional<LogLevel> log_level_from_name(std::string_view name) {
 std::string log_env_problem() {
   const char* v = std::getenv("TEENGINE_LOG");
   if (!v || log_level_from_name(v)) return "";
-  std::string shown(v);
-  if (shown.size() > 40) shown = shown.substr(0, 40) + "...";
-  return "TEENGINE_LOG='" + shown + "' is not a log level (error | warn | info | debug)";
+  return "TEENGINE_LOG=" + quoted_value(v, 40) + " is not a log level (error | warn | info | debug)";
 }
 
 LogLevel log_level() { return static_cast<LogLevel>(level_ref().load()); }
@@ -55,7 +55,9 @@ void log_message(LogLevel level, const std::string& message) {
     sink_ref()(level, message);
     return;
   }
-  std::fprintf(stderr, "[teengine %s] %s%s\n", level_name(level), rank_prefix().c_str(), message.c_str());
+  // Messages may carry names from files: escaped like errors (engine/printable.h).
+  std::fprintf(stderr, "[teengine %s] %s%s\n", level_name(level), rank_prefix().c_str(),
+               printable_lines(message).c_str());
 }
 
 const std::string& rank_prefix() {

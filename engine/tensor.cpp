@@ -18,17 +18,20 @@ int64_t shape_numel(const Shape& s) {
   // Every byte count derived from a shape must fit in int64 (nbytes multiplies by up to 64 bits per element), so a
   // shape that no memory could hold is refused here, where any tensor, request or file shape is first counted,
   // instead of wrapping to a small number that passes later checks.
+  // Zero dimensions count as one here, so that the strides of an empty tensor fit too: {0, 2^62, 2^62} is refused
+  // like {2^62, 2^62}. Every dimension is checked: {0, -5} is as wrong as {-5, 0}.
   int64_t n = 1;
-  bool too_big = false;
+  bool too_big = false, empty = false;
   for (int64_t d : s) {
     if (d < 0) TE_INPUT_ERROR("shape " << shape_str(s) << " has a negative dimension", "dimensions are sizes (>= 0)");
-    if (d == 0) return 0;
-    too_big = too_big || __builtin_mul_overflow(n, d, &n) || n > kMaxNumel;
+    empty = empty || d == 0;
+    too_big = too_big || __builtin_mul_overflow(n, std::max<int64_t>(d, 1), &n) || n > kMaxNumel;
   }
   if (too_big)
-    TE_INPUT_ERROR("shape " << shape_str(s) << " has more than 2^56 elements: no memory holds it",
+    TE_INPUT_ERROR("shape " << shape_str(s) << " has more than 2^56 elements (zero dimensions counted as one): no "
+                               "memory holds it",
                    "check the shape (a wrapped or uninitialised size?)");
-  return n;
+  return empty ? 0 : n;
 }
 
 std::string shape_str(const Shape& s) {
@@ -97,11 +100,12 @@ int Tensor::wrap_dim(int d) const {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const Stream& stream) {
   check_shape(shape);
+  const int64_t n = shape_numel(shape);  // before the strides: it bounds them
   Tensor t;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
-  t.storage_ = Storage::allocate(static_cast<size_t>(dtype_storage_bytes(dtype, shape_numel(shape))), device, stream);
+  t.storage_ = Storage::allocate(static_cast<size_t>(dtype_storage_bytes(dtype, n)), device, stream);
   return t;
 }
 
@@ -127,11 +131,12 @@ Tensor Tensor::from_f32(const std::vector<float>& values, const Shape& shape, DT
 
 Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device) {
   check_shape(shape);
+  const int64_t n = shape_numel(shape);  // before the strides: it bounds them
   Tensor t;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
-  t.storage_ = Storage::borrow(data, static_cast<size_t>(dtype_storage_bytes(dtype, shape_numel(shape))), device);
+  t.storage_ = Storage::borrow(data, static_cast<size_t>(dtype_storage_bytes(dtype, n)), device);
   return t;
 }
 

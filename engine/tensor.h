@@ -16,10 +16,11 @@ namespace te {
 
 using Shape = std::vector<int64_t>;
 // Elements of a shape. Throws te::InputError for a negative dimension or more than kMaxNumel elements (their byte
-// count could overflow int64).
+// count could overflow int64), zero dimensions counted as one (an empty tensor's strides must fit as well).
 constexpr int64_t kMaxNumel = int64_t{1} << 56;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"
+// Row-major strides of a shape that shape_numel accepts (zero dimensions step as one).
 Shape contiguous_strides(const Shape& s);
 
 class Tensor {

@@ -1,17 +1,53 @@
 #include "models/checked_json.h"
 
-#include <unordered_set>
-#include <vector>
+#include <algorithm>
 
 namespace te {
+
+namespace {
+constexpr size_t kScannedKeys = 16;  // more keys than this in one object: hashed
+}  // namespace
+
+void JsonGuard::start(bool object) {
+  if (open_.size() + 1 > max_depth_)
+    throw JsonGuardError(JsonGuardError::Kind::too_deep, "nested deeper than " + std::to_string(max_depth_) + " levels",
+                         "", open_.size() + 1);
+  open_.push_back(object);
+  if (!object) return;
+  if (objects_.size() == open_objects_) objects_.emplace_back();
+  ++open_objects_;
+}
+
+void JsonGuard::key(const std::string& k) {
+  ObjectKeys& o = objects_[open_objects_ - 1];
+  bool added = false;
+  if (o.few.size() < kScannedKeys) {
+    added = std::find(o.few.begin(), o.few.end(), k) == o.few.end();
+    if (added) o.few.push_back(k);
+  } else {
+    if (o.many.empty()) o.many.insert(o.few.begin(), o.few.end());  // from here on every key is hashed
+    added = o.many.insert(k).second;
+  }
+  if (!added) throw JsonGuardError(JsonGuardError::Kind::duplicate_key, "duplicate key", k, open_objects_);
+}
+
+void JsonGuard::end() {
+  if (open_.back()) {
+    ObjectKeys& o = objects_[--open_objects_];
+    o.few.clear();
+    if (!o.many.empty()) std::unordered_set<std::string>().swap(o.many);  // clear() would keep its buckets
+  }
+  open_.pop_back();
+}
+
 namespace {
 
 using json = nlohmann::json;
 
-// nlohmann's DOM builder behind a SAX front that counts depth and remembers each open object's keys.
+// nlohmann's DOM builder behind the guard.
 class CheckedSax {
  public:
-  CheckedSax(json& out, size_t max_depth) : dom_(out, true), max_depth_(max_depth) {}
+  CheckedSax(json& out, size_t max_depth) : dom_(out, true), guard_(max_depth) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
@@ -21,28 +57,23 @@ class CheckedSax {
   bool string(json::string_t& v) { return dom_.string(v); }
   bool binary(json::binary_t& v) { return dom_.binary(v); }
   bool start_object(std::size_t n) {
-    enter();
-    keys_.emplace_back();
-    objects_.push_back(true);
+    guard_.start(true);
     return dom_.start_object(n);
   }
   bool key(json::string_t& k) {
-    if (!keys_.back().insert(k).second)
-      throw JsonGuardError(JsonGuardError::Kind::duplicate_key, "duplicate key", k, keys_.size());
+    guard_.key(k);
     return dom_.key(k);
   }
   bool end_object() {
-    keys_.pop_back();
-    leave();
+    guard_.end();
     return dom_.end_object();
   }
   bool start_array(std::size_t n) {
-    enter();
-    objects_.push_back(false);
+    guard_.start(false);
     return dom_.start_array(n);
   }
   bool end_array() {
-    leave();
+    guard_.end();
     return dom_.end_array();
   }
   // Rethrown as its own type (parse_error, out_of_range, ...): the caller tells syntax from range errors by type.
@@ -54,17 +85,8 @@ class CheckedSax {
   }
 
  private:
-  void enter() {
-    if (objects_.size() + 1 > max_depth_)
-      throw JsonGuardError(JsonGuardError::Kind::too_deep,
-                           "nested deeper than " + std::to_string(max_depth_) + " levels", "", objects_.size() + 1);
-  }
-  void leave() { objects_.pop_back(); }
-
   nlohmann::detail::json_sax_dom_parser<json> dom_;
-  size_t max_depth_;
-  std::vector<std::unordered_set<std::string>> keys_;  // one per open object
-  std::vector<bool> objects_;                          // open containers: object (true) or array
+  JsonGuard guard_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/log.h"
+#include "engine/printable.h"
 #include "models/recipe.h"
 
 namespace te {
@@ -107,8 +108,9 @@ std::map<std::string, std::string> checkpoint_metadata(const ModelSpec& spec, in
   return md;
 }
 
-int64_t check_checkpoint_identity(const std::string& path, const std::map<std::string, std::string>& md,
+int64_t check_checkpoint_identity(const std::string& path_in, const std::map<std::string, std::string>& md,
                                   const ModelSpec& spec) {
+  const std::string path = printable_path(path_in);  // values from the file are echoed escaped and cut as well
   if (meta(md, "format") != kCheckpointFormat)
     TE_INPUT_ERROR(
         path << ": is not a teengine checkpoint (its __metadata__ has no format \"" << kCheckpointFormat << "\")",
@@ -116,7 +118,8 @@ int64_t check_checkpoint_identity(const std::string& path, const std::map<std::s
         "file instead, set weights: to it and drop --resume");
   if (meta(md, "version") != kCheckpointVersion)
     TE_INPUT_ERROR(
-        path << ": checkpoint version " << meta(md, "version") << ", this build reads version " << kCheckpointVersion,
+        path << ": checkpoint version " << printable(meta(md, "version")) << ", this build reads version "
+             << kCheckpointVersion,
         "resume with the teengine version that wrote it");
   for (const auto& [key, want] : checkpoint_identity(spec)) {
     if (!md.count(key))
@@ -124,15 +127,15 @@ int64_t check_checkpoint_identity(const std::string& path, const std::map<std::s
                      "the file is damaged or was not written by this teengine: use another checkpoint");
     const std::string& have = md.at(key);
     if (have != want)
-      TE_INPUT_ERROR(path << ": a checkpoint of another spec: " << key << " is " << have << " in the checkpoint but "
-                          << want << " in the spec",
+      TE_INPUT_ERROR(path << ": a checkpoint of another spec: " << key << " is " << printable(have)
+                          << " in the checkpoint but " << want << " in the spec",
                      "resume with the spec that wrote it (set " << key << " back), or start anew without --resume");
   }
   int64_t step = -1;
   const std::string text = meta(md, "step");
   const auto r = std::from_chars(text.data(), text.data() + text.size(), step);
   if (r.ec != std::errc() || r.ptr != text.data() + text.size() || step < 0)
-    TE_INPUT_ERROR(path << ": the checkpoint's step '" << text << "' is not a step count",
+    TE_INPUT_ERROR(path << ": the checkpoint's step " << quoted_value(text) << " is not a step count",
                    "the file is damaged: use another checkpoint");
   return step;
 }
@@ -143,10 +146,11 @@ void warn_checkpoint_run_differences(const std::string& path, const std::map<std
   for (const auto& [key, want] : checkpoint_run_fields(spec)) {
     const std::string have = meta(md, key);
     if (have != want)
-      diff << (diff.tellp() > 0 ? ", " : "") << key << " " << (have.empty() ? "(none)" : have) << " -> " << want;
+      diff << (diff.tellp() > 0 ? ", " : "") << key << " " << (have.empty() ? "(none)" : printable(have)) << " -> "
+           << want;
   }
   if (diff.tellp() > 0)
-    TE_LOG(warn, path << ": the run differs from the one that wrote this checkpoint (" << diff.str()
+    TE_LOG(warn, printable_path(path) << ": the run differs from the one that wrote this checkpoint (" << diff.str()
                       << "): training continues, but not as that run would have");
 }
 

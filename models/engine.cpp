@@ -15,6 +15,7 @@
 #include "engine/element.h"
 #include "engine/log.h"
 #include "engine/pinned_host.h"
+#include "engine/printable.h"
 #include "models/checkpoint.h"
 #include "models/engine_state.h"
 #include "models/lr_schedule.h"
@@ -63,12 +64,12 @@ HostTensor tensor_to_host(const te::Tensor& t, te::PinnedHostBuffer& staging) {
 te::DType detail::check_host_bytes(const HostTensor& h) {  // NOLINT: declared in engine_state.h
   auto dt = te::dtype_from_name(h.dtype);
   if (!dt || !te::is_high_precision(*dt))
-    TE_INPUT_ERROR("input dtype '" << h.dtype << "' is not supported", "use f32, bf16 or f16");
+    TE_INPUT_ERROR("input dtype " << te::quoted_value(h.dtype) << " is not supported", "use f32, bf16 or f16");
   const te::Shape shape(h.shape.begin(), h.shape.end());
   const int64_t nbytes = te::dtype_storage_bytes(*dt, te::shape_numel(shape));  // refuses shapes that overflow
   if (static_cast<int64_t>(h.bytes.size()) != nbytes)
-    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " " << h.dtype
-                                  << " needs " << nbytes,
+    TE_INPUT_ERROR("input holds " << h.bytes.size() << " bytes but shape " << te::shape_str(shape) << " "
+                                  << te::printable(h.dtype) << " needs " << nbytes,
                    "fill HostTensor::bytes to match its shape and dtype");
   return *dt;
 }
@@ -431,9 +432,8 @@ std::vector<float> HostTensor::to_floats() const {
 }
 
 int64_t HostTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  // Checked: a hostile shape ({2^62, 256}) is an input error, not a wrapped product.
+  return translate([&] { return te::shape_numel(te::Shape(shape.begin(), shape.end())); });
 }
 
 const char* version() { return TE_VERSION; }

@@ -137,7 +137,8 @@ std::string Engine::metrics_json() const {
         {"reduce_scatter", pc(c.reduce_scatter)},
         {"all_reduce", pc(c.all_reduce)}}},
   };
-  return j.dump(2);
+  // A model name that is not UTF-8 (from the spec or its file name) gets U+FFFD rather than an exception.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace teengine

@@ -26,8 +26,13 @@ MemoryEstimate estimate_memory(const ModelSpec& spec, int local_ranks) {
   const double dt = static_cast<double>(dtype_bits(spec.model.dtype)) / 8;
   double params = 0, gemm_weights = 0;  // elements held by this process
   int64_t widest = spec.model.hidden;
-  for (const ParamSpec& p : parameter_specs(spec)) {
-    double n = 1;
+  // Every layer repeats the block: one layer's parameters count `layers` times (listing the parameters of 100,000
+  // layers took seconds before the refusal).
+  ModelSpec one_layer = spec;
+  one_layer.model.layers = 1;
+  const double layers = static_cast<double>(spec.model.layers);
+  for (const ParamSpec& p : parameter_specs(one_layer)) {
+    double n = layers;
     for (int64_t d : p.shape) n *= static_cast<double>(d);
     const double here = (p.shard_dim >= 0 ? n / tp : n) * local_ranks;
     params += here;

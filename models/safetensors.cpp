@@ -10,13 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "engine/element.h"
 #include "engine/error.h"
-#include "models/checked_json.h"
+#include "engine/printable.h"
+#include "engine/temp_files.h"
+#include "models/safetensors_header.h"
 #include "models/spec_suggest.h"
 
 namespace te {
@@ -34,43 +34,15 @@ constexpr DTypeName kSafetensorsDTypes[] = {
     {"F8_E5M2", DType::fp8_e5m2}, {"U8", DType::u8}, {"I32", DType::i32}, {"I64", DType::i64},
 };
 
-std::string known_dtypes() {
-  std::vector<std::string> v;
-  for (const auto& d : kSafetensorsDTypes) v.emplace_back(d.name);
-  return join_names(v, ", ");
-}
+// A name as it appears in a message: quoted, control characters escaped, long names cut (engine/printable.h).
+std::string quote(std::string_view s) { return quoted_value(s); }
 
-// A name as it appears in a message: quoted, control bytes escaped, long names shortened.
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 120; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > 120) out += "...";
-  return out + "'";
-}
-
-constexpr const char* kReexport = "the file is truncated or corrupt: re-export it (e.g. safetensors.torch.save_file)";
+constexpr const char* kReexport = kSafetensorsReexportHint;
 
 [[noreturn]] void fail(const std::string& label, const std::string& what, const std::string& hint) {
-  TE_INPUT_ERROR(label << ": " << what, hint);
+  TE_INPUT_ERROR(printable_path(label) << ": " << what, hint);
 }
 
-uint64_t elem_bytes(DType t) { return static_cast<uint64_t>(dtype_bits(t) / 8); }
-
-// A JSON number that is a non-negative integer (nlohmann stores those as unsigned or non-negative signed).
-std::optional<uint64_t> as_u64(const json& j) {
-  if (j.is_number_unsigned()) return j.get<uint64_t>();
-  if (j.is_number_integer() && j.get<int64_t>() >= 0) return static_cast<uint64_t>(j.get<int64_t>());
-  return std::nullopt;
-}
 }  // namespace
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
@@ -82,6 +54,11 @@ std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
   for (const auto& d : kSafetensorsDTypes)
     if (d.dtype == dtype) return d.name;
   return std::nullopt;
+}
+std::string safetensors_dtype_names() {
+  std::vector<std::string> v;
+  for (const auto& d : kSafetensorsDTypes) v.emplace_back(d.name);
+  return join_names(v, ", ");
 }
 
 namespace {
@@ -143,99 +120,9 @@ SafetensorsReader SafetensorsReader::from_bytes(std::string bytes, const std::st
 
 void SafetensorsReader::parse_header(std::string_view header, uint64_t data_bytes) {
   const std::string& L = label_;
-  if (header.empty() || header.front() != '{')
-    fail(L, "the JSON header does not start with '{'", kReexport);
-
-  // Duplicate keys are legal JSON but ambiguous here, and a header is {name: {dtype, shape, data_offsets}} (plus
-  // __metadata__): nothing legitimate nests deeper than 3 levels, so 16 is generous (models/checked_json.h).
-  json h;
-  try {
-    h = parse_checked_json(header, 16);
-  } catch (const JsonGuardError& e) {
-    if (e.kind == JsonGuardError::Kind::too_deep)
-      fail(L, "the JSON header nests deeper than 16 levels (a tensor entry is {dtype, shape, data_offsets})",
-           kReexport);
-    fail(L, (e.depth == 1 ? "tensor " : "key ") + quote(e.key) + " appears twice in the header",
-         "tensor names must be unique: re-export the file");
-  } catch (const json::parse_error& e) {
-    std::string why = e.what();
-    if (why.find("UTF-8") != std::string::npos || why.find("surrogate") != std::string::npos)
-      fail(L, "header byte " + std::to_string(e.byte) + ": a tensor name or string is not valid UTF-8",
-           "safetensors names must be UTF-8: re-export the file with valid names");
-    fail(L, "the header is not valid JSON (byte " + std::to_string(e.byte) + " of the header): " + why, kReexport);
-  } catch (const json::exception& e) {
-    // Parses that are syntactically JSON but unrepresentable, e.g. a number past the double range (found by
-    // fuzz_safetensors: out_of_range.406 on '444444444e4444444444').
-    fail(L, std::string("the JSON header cannot be read: ") + e.what(), kReexport);
-  }
-  if (!h.is_object()) fail(L, "the JSON header is not an object", kReexport);
-
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) fail(L, "__metadata__ must be an object of strings", kReexport);
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string())
-          fail(L, "__metadata__ value of " + quote(m.key()) + " is not a string", "metadata values must be strings");
-        metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string T = "tensor " + quote(name);
-    if (name.empty()) fail(L, "a tensor has an empty name", "give every tensor a name");
-    if (!v.is_object()) fail(L, T + ": entry is not an object {dtype, shape, data_offsets}", kReexport);
-    for (auto k = v.begin(); k != v.end(); ++k)
-      if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets")
-        fail(L, T + ": unknown field " + quote(k.key()), "a tensor entry has only dtype, shape and data_offsets");
-    if (!v.contains("dtype") || !v["dtype"].is_string())
-      fail(L, T + ": missing or non-string 'dtype'", kReexport);
-    if (!v.contains("shape") || !v["shape"].is_array()) fail(L, T + ": missing or non-array 'shape'", kReexport);
-    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
-      fail(L, T + ": 'data_offsets' must be [begin, end]", kReexport);
-
-    SafetensorsEntry e;
-    e.name = name;
-    const std::string dt = v["dtype"].get<std::string>();
-    auto d = dtype_from_safetensors(dt);
-    if (!d)
-      fail(L, T + ": dtype " + quote(dt) + " is not supported",
-           "supported dtypes: " + known_dtypes() + "; convert the tensor before saving");
-    e.dtype = *d;
-    // numel × element size must not overflow; anything larger than the data section fails below anyway.
-    uint64_t bytes = elem_bytes(e.dtype);
-    bool too_big = false;
-    for (const json& dim : v["shape"]) {
-      auto x = as_u64(dim);
-      if (!x) fail(L, T + ": shape " + v["shape"].dump() + " has a dimension that is not a non-negative integer",
-                   kReexport);
-      if (*x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        fail(L, T + ": shape dimension " + std::to_string(*x) + " is too large", kReexport);
-      e.shape.push_back(static_cast<int64_t>(*x));
-      if (*x != 0 && bytes > std::numeric_limits<uint64_t>::max() / *x) too_big = true;
-      bytes = too_big ? 0 : bytes * *x;
-    }
-    if (too_big && std::find(e.shape.begin(), e.shape.end(), 0) == e.shape.end())
-      fail(L, T + ": shape " + shape_str(e.shape) + " is too large for any file", kReexport);
-    if (too_big) bytes = 0;  // a zero dimension makes it empty whatever the others are
-    auto b = as_u64(v["data_offsets"][0]), en = as_u64(v["data_offsets"][1]);
-    if (!b || !en) fail(L, T + ": data_offsets " + v["data_offsets"].dump() + " are not non-negative integers",
-                        kReexport);
-    e.begin = *b;
-    e.end = *en;
-    if (e.begin > e.end)
-      fail(L, T + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin",
-           kReexport);
-    if (e.end > data_bytes)
-      fail(L, T + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                  "] run past the data section (" + std::to_string(data_bytes) + " bytes)",
-           kReexport);
-    if (e.nbytes() != bytes)
-      fail(L, T + ": shape " + shape_str(e.shape) + " × " + dt + " is " + std::to_string(bytes) +
-                  " bytes but data_offsets span " + std::to_string(e.nbytes()) + " bytes",
-           kReexport);
-    entries_.push_back(std::move(e));
-  }
+  SafetensorsHeader h = parse_safetensors_header(header, data_bytes, L);  // models/safetensors_header.h
+  metadata_ = std::move(h.metadata);
+  entries_ = std::move(h.entries);
 
   // The data section must be covered exactly: sorted by position, each tensor starts where the previous ended.
   std::vector<const SafetensorsEntry*> by_pos;
@@ -262,7 +149,6 @@ void SafetensorsReader::parse_header(std::string_view header, uint64_t data_byte
     fail(L, "the data section has " + std::to_string(data_bytes) + " bytes but the tensors cover only " +
                 std::to_string(pos) + " (trailing bytes belong to no tensor)",
          kReexport);
-  // nlohmann's object is a std::map: entries_ is already sorted by name.
 }
 
 const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
@@ -278,8 +164,9 @@ const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const 
   std::string near = closest_name(name, names);
   fail(label_, "tensor " + quote(name) + " is missing (the file has " + std::to_string(entries_.size()) +
                    " tensors)",
-       near.empty() ? "list the file with `teengine inspect " + label_ + "`"
-                    : "did you mean " + quote(near) + "? (`teengine inspect " + label_ + "` lists them)");
+       near.empty() ? "list the file with `teengine inspect " + printable_path(label_) + "`"
+                    : "did you mean " + quote(near) + "? (`teengine inspect " + printable_path(label_) +
+                          "` lists them)");
 }
 
 void SafetensorsReader::read_bytes(uint64_t offset, uint64_t n, void* dst) const { read_runs(offset, n, n, 1, dst); }
@@ -336,8 +223,8 @@ Tensor SafetensorsReader::read_slice_converted(const std::string& name, const Sh
          "the file does not match the model: check the model spec (hidden, ffn, out) or re-export");
   TE_CHECK(dim >= 0 && dim < static_cast<int>(shape.size()) && begin >= 0 && length >= 0 &&
                begin + length <= shape[static_cast<size_t>(dim)],
-           label_ << ": slice [" << begin << ", " << begin + length << ") of dim " << dim << " is outside "
-                  << shape_str(shape));
+           printable_path(label_) << ": slice [" << begin << ", " << begin + length << ") of dim " << dim
+                                  << " is outside " << shape_str(shape));
   // The slice is `outer` runs of length·inner contiguous elements, one per index of the dimensions before `dim`.
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= shape[static_cast<size_t>(d)];
@@ -374,7 +261,7 @@ Prepared prepare(const std::map<std::string, Tensor>& tensors, const std::map<st
     if (!dt)
       TE_INPUT_ERROR("cannot save tensor " << quote(name) << ": dtype " << dtype_name(t.dtype())
                                            << " has no safetensors name",
-                     "dequantize or convert it to " << known_dtypes() << " first");
+                     "dequantize or convert it to " << safetensors_dtype_names() << " first");
     Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
     const uint64_t n = static_cast<uint64_t>(c.nbytes());
     h[name] = {{"dtype", std::string(*dt)}, {"shape", c.shape()}, {"data_offsets", {pos, pos + n}}};
@@ -402,7 +289,8 @@ void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      TE_INPUT_ERROR("writing " << tmp << " failed: " << std::strerror(err), "check free disk space and permissions");
+      TE_INPUT_ERROR("writing " << printable_path(tmp) << " failed: " << std::strerror(err),
+                     "check free disk space and permissions");
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -426,13 +314,22 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    TE_INPUT_ERROR("cannot write " << path << ": directory " << dir.string() << " does not exist",
+    TE_INPUT_ERROR("cannot write " << printable_path(path) << ": directory " << printable_path(dir.string())
+                                   << " does not exist",
                    "create it first or choose another path");
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  std::string name = ".";  // appended in steps: GCC 12 warns (-Wrestrict) on "." + std::string&&
+  name += target.filename().string();
+  name += ".tmp.XXXXXX";
+  std::string tmp = (dir / name).string();
   int fd = ::mkstemp(tmp.data());
   if (fd < 0)
-    TE_INPUT_ERROR("cannot create a temporary file in " << dir.string() << ": " << std::strerror(errno),
+    TE_INPUT_ERROR("cannot create a temporary file in " << printable_path(dir.string()) << ": " << std::strerror(errno),
                    "check that the directory is writable");
+  // Known to a SIGINT/SIGTERM handler (engine/temp_files.h) until it is renamed or removed.
+  struct Registered {
+    int slot;
+    ~Registered() { forget_temp_file(slot); }
+  } registered{register_temp_file(tmp)};
   const std::string len = le64(p.header.size());
   write_all(fd, len.data(), len.size(), tmp);
   write_all(fd, p.header.data(), p.header.size(), tmp);
@@ -447,12 +344,12 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   if (!closed) err = errno;
   if (!synced || !closed) {
     ::unlink(tmp.c_str());
-    TE_INPUT_ERROR("writing " << path << " failed: " << std::strerror(err), "check free disk space");
+    TE_INPUT_ERROR("writing " << printable_path(path) << " failed: " << std::strerror(err), "check free disk space");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    TE_INPUT_ERROR("cannot rename the temporary file onto " << path << ": " << std::strerror(err),
+    TE_INPUT_ERROR("cannot rename the temporary file onto " << printable_path(path) << ": " << std::strerror(err),
                    "is the path a directory, or on another file system?");
   }
 }

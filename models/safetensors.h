@@ -24,10 +24,15 @@ namespace te {
 
 // Header lengths above this are rejected before any allocation (a corrupt or hostile length field).
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;
+// The hint of every message about a malformed file.
+inline constexpr const char* kSafetensorsReexportHint =
+    "the file is truncated or corrupt: re-export it (e.g. safetensors.torch.save_file)";
 
 // "F32" | "BF16" | "F16" | "F8_E4M3" | "F8_E5M2" | "U8" | "I32" | "I64" ↔ DType. fp4/e8m0 have no safetensors name.
 std::optional<DType> dtype_from_safetensors(std::string_view name);
 std::optional<std::string_view> safetensors_dtype_name(DType dtype);
+// "F32, BF16, ..." for messages.
+std::string safetensors_dtype_names();
 
 struct SafetensorsEntry {
   std::string name;

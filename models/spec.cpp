@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/printable.h"
 #include "models/spec_tables.h"
 
 namespace te {
@@ -31,7 +32,7 @@ std::optional<Recipe> recipe_from_name(std::string_view name) {
 SpecOverride parse_override(const std::string& arg) {
   const size_t eq = arg.find('=');
   if (eq == std::string::npos || eq == 0)
-    TE_INPUT_ERROR("--set " << arg << ": expected PATH=VALUE",
+    TE_INPUT_ERROR("--set " << printable(arg) << ": expected PATH=VALUE",
                    "e.g. --set model.hidden=512 or --set precision.recipe=fp8_block");
   return {arg.substr(0, eq), arg.substr(eq + 1), arg};
 }
@@ -77,8 +78,8 @@ Shape local_shape(const ParamSpec& p, int tp) {
 std::string describe_spec(const ModelSpec& spec) {
   std::ostringstream o;
   const auto& m = spec.model;
-  o << spec.name << ": hidden " << m.hidden << ", " << m.layers << " layer(s), " << dtype_name(m.dtype) << ", "
-    << norm_type_name(m.norm) << " eps " << m.eps << "\n";
+  o << printable(spec.name) << ": hidden " << m.hidden << ", " << m.layers << " layer(s), " << dtype_name(m.dtype)
+    << ", " << norm_type_name(m.norm) << " eps " << m.eps << "\n";
   o << "parallel: tp " << spec.parallel.tp << (spec.parallel.sequence_parallel ? " with" : " without")
     << " sequence parallelism, comm " << comm_backend_name(spec.parallel.comm) << "; recipe "
     << recipe_name(spec.precision.recipe) << "\n";

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/printable.h"
 #include "models/spec_suggest.h"
 #include "models/spec_yaml.h"
 
@@ -29,6 +30,7 @@ namespace {
 // Upper bounds keep every product of sizes far from int64 overflow downstream.
 constexpr int64_t kMaxFeatures = int64_t{1} << 20;
 constexpr int64_t kMaxTokens = int64_t{1} << 30;
+constexpr uintmax_t kMaxSpecBytes = uintmax_t{16} << 20;
 
 std::string fmt_num(double v) {
   std::ostringstream o;
@@ -117,7 +119,7 @@ LayerSpec read_layer(const Ctx& c, const YAML::Node& item, const std::string& pa
   const YAML::Node name = f.require("name", "every layer needs a name, e.g. name: proj");
   l.name = read_string(c, name, f.sub("name"));
   if (!valid_name(l.name))
-    c.fail(name, f.sub("name"), "'" + l.name + "' is not a valid layer name",
+    c.fail(name, f.sub("name"), quoted_value(l.name) + " is not a valid layer name",
            "use letters, digits and '_' (not starting with a digit), at most 64 characters");
   if (f.has("bias")) l.bias = read_bool(c, f.get("bias"), f.sub("bias"));
   if (l.kind == LayerKind::layernorm_mlp) {
@@ -433,27 +435,36 @@ ModelSpec parse_spec(std::string_view yaml, const std::string& source, const std
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::ParserException& e) {
-    TE_INPUT_ERROR(source << ":" << e.mark.line + 1 << ":" << e.mark.column + 1 << ": YAML syntax error: " << e.msg,
+    TE_INPUT_ERROR(printable_path(source) << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
+                                          << ": YAML syntax error: " << printable(e.msg),
                    "fix the YAML syntax at that line (indentation, ':' after keys, matching brackets)");
   } catch (const YAML::Exception& e) {
-    TE_INPUT_ERROR(source << ": cannot read the YAML: " << e.msg, "check the file is YAML text");
+    TE_INPUT_ERROR(printable_path(source) << ": cannot read the YAML: " << printable(e.msg),
+                   "check the file is YAML text");
   }
   try {
     spec_detail::apply_overrides(root, overrides);
     return validate(ctx, root);
   } catch (const YAML::Exception& e) {
     // yaml-cpp refuses some operation on a malformed tree that the checks above did not anticipate.
-    TE_INPUT_ERROR(source << ": invalid spec: " << e.msg, "compare the file with models/tiny.yaml");
+    TE_INPUT_ERROR(printable_path(source) << ": invalid spec: " << printable(e.msg),
+                   "compare the file with models/tiny.yaml");
   }
 }
 
 ModelSpec load_spec_file(const std::string& path, const std::vector<std::string>& sets) {
+  const std::string shown = printable_path(path);
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) TE_INPUT_ERROR(path << ": is a directory", "pass a .yaml file");
+  if (std::filesystem::is_directory(path, ec)) TE_INPUT_ERROR(shown << ": is a directory", "pass a .yaml file");
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    TE_INPUT_ERROR(path << ": is not a regular file (a FIFO, device or socket)", "pass a .yaml file");
+    TE_INPUT_ERROR(shown << ": is not a regular file (a FIFO, device or socket)", "pass a .yaml file");
+  // A spec is a few KB: a large file (weights passed as the spec) is refused before it is read into memory.
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxSpecBytes)
+    TE_INPUT_ERROR(shown << ": " << size << " bytes is too large for a model spec (limit " << kMaxSpecBytes << ")",
+                   "pass the .yaml spec; weights go in its weights: field");
   std::ifstream f(path, std::ios::binary);
-  if (!f) TE_INPUT_ERROR(path << ": cannot open the model spec", "check the path (e.g. models/tiny.yaml)");
+  if (!f) TE_INPUT_ERROR(shown << ": cannot open the model spec", "check the path (e.g. models/tiny.yaml)");
   std::ostringstream ss;
   ss << f.rdbuf();
   return parse_spec(ss.str(), path, sets);

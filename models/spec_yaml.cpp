@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "engine/printable.h"
 #include "models/spec_suggest.h"
 
 namespace te::spec_detail {
@@ -15,11 +16,8 @@ bool path_within(const std::string& path, const std::string& prefix) {
   return path.size() == prefix.size() || path[prefix.size()] == '.' || path[prefix.size()] == '[';
 }
 
-std::string shorten(const std::string& s) {
-  std::string out;
-  for (char ch : s.substr(0, 60)) out += (static_cast<unsigned char>(ch) < 0x20) ? '?' : ch;
-  return s.size() > 60 ? out + "..." : out;
-}
+// A value from the spec or --set as a message echoes it: escaped and cut (engine/printable.h).
+std::string shorten(const std::string& s) { return printable(s); }
 
 bool is_quoted(const YAML::Node& n) { return n.Tag() == "!"; }
 }  // namespace
@@ -32,15 +30,15 @@ bool Ctx::overridden(const std::string& path) const {
 
 std::string Ctx::location(const YAML::Node& node, const std::string& path) const {
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it)
-    if (path_within(path, it->path)) return "--set " + it->text;
+    if (path_within(path, it->path)) return "--set " + printable(it->text);
   const YAML::Mark m = node.IsDefined() ? node.Mark() : YAML::Mark::null_mark();
-  if (m.is_null()) return source_;
-  return source_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  if (m.is_null()) return printable_path(source_);
+  return printable_path(source_) + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
 }
 
 void Ctx::fail(const YAML::Node& node, const std::string& path, const std::string& what,
                const std::string& hint) const {
-  TE_INPUT_ERROR(location(node, path) << ": " << (path.empty() ? "" : path + ": ") << what, hint);
+  TE_INPUT_ERROR(location(node, path) << ": " << (path.empty() ? "" : printable(path) + ": ") << what, hint);
 }
 
 std::string describe(const YAML::Node& n) {
@@ -72,7 +70,7 @@ Fields::Fields(const Ctx& ctx, const YAML::Node& node, std::string path, std::ve
                     join_names(allowed, ", "));
     }
     if (values_.count(k))
-      ctx_.fail(key, p, "key '" + k + "' appears twice", "remove one of them (YAML would silently keep one)");
+      ctx_.fail(key, p, "key '" + shorten(k) + "' appears twice", "remove one of them (YAML would silently keep one)");
     values_.emplace(k, it->second);
     order_.push_back(k);
   }
@@ -118,7 +116,7 @@ double read_float(const Ctx& c, const YAML::Node& n, const std::string& path) {
     ok = end == s.c_str() + s.size() && s.find_first_of("xXnN") == std::string::npos;  // no hex, inf, nan
   }
   if (!ok) c.fail(n, path, "expected a number, got " + describe(n), "write a decimal number such as 1.0e-5");
-  if (!std::isfinite(v)) c.fail(n, path, "must be finite, got " + n.Scalar(), "write a finite number");
+  if (!std::isfinite(v)) c.fail(n, path, "must be finite, got " + shorten(n.Scalar()), "write a finite number");
   return v;
 }
 
@@ -158,8 +156,8 @@ std::vector<Step> split_path(const SpecOverride& o) {
   std::vector<Step> steps;
   const std::string& p = o.path;
   auto bad = [&](const std::string& why) {
-    TE_INPUT_ERROR("--set " << o.text << ": " << why, "write --set PATH=VALUE, e.g. --set model.hidden=512 or "
-                                                       "--set model.block[0][1].linear.out=256");
+    TE_INPUT_ERROR("--set " << printable(o.text) << ": " << why,
+                   "write --set PATH=VALUE, e.g. --set model.hidden=512 or --set model.block[0][1].linear.out=256");
   };
   size_t i = 0;
   while (i < p.size()) {
@@ -168,8 +166,8 @@ std::vector<Step> split_path(const SpecOverride& o) {
       if (close == std::string::npos || close == i + 1) bad("unterminated or empty [index]");
       size_t idx = 0;
       auto [end, ec] = std::from_chars(p.data() + i + 1, p.data() + close, idx);
-      if (ec != std::errc() || end != p.data() + close) bad("index '" + p.substr(i + 1, close - i - 1) + "' is not "
-                                                            "a non-negative integer");
+      if (ec != std::errc() || end != p.data() + close)
+        bad("index '" + shorten(p.substr(i + 1, close - i - 1)) + "' is not a non-negative integer");
       steps.push_back({"", idx});
       i = close + 1;
       if (i < p.size() && p[i] == '.') {
@@ -200,7 +198,7 @@ void apply_overrides(YAML::Node& root, const std::vector<SpecOverride>& override
     try {
       value = YAML::Load(o.value);
     } catch (const YAML::Exception& e) {
-      TE_INPUT_ERROR("--set " << o.text << ": the value is not valid YAML: " << e.msg,
+      TE_INPUT_ERROR("--set " << printable(o.text) << ": the value is not valid YAML: " << printable(e.msg),
                      "quote strings with special characters, e.g. --set 'name=\"a: b\"'");
     }
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
@@ -213,8 +211,9 @@ void apply_overrides(YAML::Node& root, const std::vector<SpecOverride>& override
       if (!st.key.empty()) {
         if (cur.IsNull()) cur = YAML::Node(YAML::NodeType::Map);
         if (!cur.IsMap())
-          TE_INPUT_ERROR("--set " << o.text << ": " << (where.empty() ? "the spec" : where) << " is "
-                                  << describe(cur) << ", not a map, so it has no key '" << st.key << "'",
+          TE_INPUT_ERROR("--set " << printable(o.text) << ": " << (where.empty() ? "the spec" : printable(where))
+                                  << " is " << describe(cur) << ", not a map, so it has no key '" << shorten(st.key)
+                                  << "'",
                          "check the path against the spec file");
         where += (where.empty() ? "" : ".") + st.key;
         if (last) {
@@ -226,7 +225,7 @@ void apply_overrides(YAML::Node& root, const std::vector<SpecOverride>& override
         }
       } else {
         if (!cur.IsSequence() || st.index >= cur.size())
-          TE_INPUT_ERROR("--set " << o.text << ": " << where << " is " << describe(cur)
+          TE_INPUT_ERROR("--set " << printable(o.text) << ": " << printable(where) << " is " << describe(cur)
                                   << (cur.IsSequence() ? " of " + std::to_string(cur.size()) + " entries" : "")
                                   << ", index " << st.index << " is out of range",
                          "indices count from 0 within an existing list");

@@ -4,34 +4,56 @@
 # A crash exits non-zero: turn the reproducer into a test (copy it into tests/fuzz/corpus/<target>/ and fix).
 #   tools/fuzz.sh [SECONDS] [BUILD_DIR]
 # With FUZZ_RUNS=N the run is deterministic instead (N inputs from seed FUZZ_SEED, default 1): what CI uses, so a
-# green CI stays green for the same code.
+# green CI stays green for the same code. FUZZ_TARGETS narrows the list.
+# Targets (tests/fuzz/fuzz_entries.h): spec (YAML), safetensors (the reader on bytes), safetensors_file (the reader
+# on a file, inputs up to 4 MiB), set (--set arguments), output_set (the CLI's output paths, written and fsynced in a
+# scratch directory), forward (Engine::forward, train_step and stage on arbitrary HostTensors of up to 4 KiB).
+# The slower targets take a share of FUZZ_RUNS, so that each takes a minute or two on CI's 2 cores: safetensors_file
+# a thirtieth (20 ms a run), output_set and forward a fifteenth, set a third.
 set -euo pipefail
 secs="${1:-60}"
 build="${2:-build-fuzz}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# Everything is built with coverage and the sanitizers, libteengine too: the forward target reaches the engine
+# through it, so its code must report memory errors and undefined behaviour and guide the fuzzer.
+sanitize=(-Db_sanitize=address,undefined -Db_lundef=false -Dcpp_args=-fsanitize=fuzzer-no-link)
 if [ ! -f "$build/build.ninja" ]; then
-  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Dcuda=disabled -Dbuildtype=debugoptimized
+  CC=clang CXX=clang++ meson setup "$build" -Dfuzz=enabled -Dcuda=disabled -Dbuildtype=debugoptimized "${sanitize[@]}"
+else
+  meson configure "$build" "${sanitize[@]}" >/dev/null  # a build dir made before these flags
 fi
-ninja -C "$build" -j"${FUZZ_JOBS:-1}" tests/fuzz/fuzz_spec tests/fuzz/fuzz_safetensors
+read -r -a targets <<<"${FUZZ_TARGETS:-spec safetensors safetensors_file set output_set forward}"
+ninja -C "$build" -j"${FUZZ_JOBS:-1}" "${targets[@]/#/tests/fuzz/fuzz_}"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-for t in spec safetensors; do
+for t in "${targets[@]}"; do
   exe="$build/tests/fuzz/fuzz_$t"
   seeds="tests/fuzz/corpus/$t"
   new="$build/corpus-new/$t"
   crashes="$build/crashes/$t"
   mkdir -p "$new" "$crashes"
+  case $t in
+    safetensors_file) max_len=4194304 ;;  # the large headers of sharded checkpoints
+    forward) max_len=4096 ;;              # up to 64 tokens of the fuzzed engines' 16 features
+    *) max_len=65536 ;;
+  esac
   echo "== fuzz_$t: replaying $(ls "$seeds" | wc -l) corpus files"
-  "$exe" -runs=0 "$seeds"
+  "$exe" -runs=0 -max_len=$max_len -artifact_prefix="$crashes/" "$seeds"
   if [ -n "${FUZZ_RUNS:-}" ]; then
-    budget=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
-    echo "== fuzz_$t: $FUZZ_RUNS deterministic runs (seed ${FUZZ_SEED:-1})"
+    runs=$FUZZ_RUNS
+    case $t in
+      safetensors_file) runs=$(( FUZZ_RUNS / 30 )) ;;
+      output_set | forward) runs=$(( FUZZ_RUNS / 15 )) ;;
+      set) runs=$(( FUZZ_RUNS / 3 )) ;;
+    esac
+    budget=(-runs="$runs" -seed="${FUZZ_SEED:-1}")
+    echo "== fuzz_$t: $runs deterministic runs (seed ${FUZZ_SEED:-1})"
   else
     budget=(-max_total_time="$secs")
     echo "== fuzz_$t: fuzzing for ${secs}s"
   fi
-  "$exe" "${budget[@]}" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$exe" "${budget[@]}" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$crashes/" "$new" "$seeds"
 done
 echo "fuzz: no crashes"

@@ -11,9 +11,10 @@ tables of every code's value, with saturation. Nothing imports or mirrors the C+
 --torch (the default when torch imports): every fp8 cast the generator performs — the element-cast records and
 each element of every quantize record — is also done by PyTorch (float8_e4m3fn / float8_e5m2, clamped to ±max
 first so that the cast saturates), and the run aborts if the two disagree on any value. E2M1 is checked the same
-way through torch.float4_e2m1fn_x2 when this torch can cast to it; otherwise E2M1 rests on the table alone (said
-in the output). --pure skips torch (the sanity mode; it needs no numpy and no torch). Both modes write the same
-bytes; the SHA-256 printed at the end identifies the file, and --verify FILE compares the result with FILE.
+way through torch.float4_e2m1fn_x2 when this torch can cast to it, else through ml_dtypes' float4_e2m1fn; with
+neither, E2M1 rests on the table alone (said in the output). --pure skips torch (the sanity mode; it needs no numpy
+and no torch). Both modes write the same bytes; the SHA-256 printed at the end identifies the file, and --verify
+FILE compares the result with FILE.
 
 Self-checks run in both modes: the format tables against the contract's constants, Philox4x32-10 against the
 Random123 known-answer vectors, the Hadamard matrix's orthogonality, and a decode of every quantize record (the
@@ -406,40 +407,55 @@ class Gen:
                 sys.exit(f"torch and the {dt} table disagree on {len(bad)} of {len(xs)} values, e.g. {bad[:5]}")
             print(f"torch {tdt}: all {len(xs)} distinct cast inputs agree with the table")
         xs = sorted(v for v in self.casts["e2m1"] if v == v)
-        codes = torch_e2m1(torch, xs)
+        codes, source = torch_e2m1(torch, xs)
         if codes is None:
-            print("torch cannot cast to float4_e2m1fn_x2 here: E2M1 rests on the table written from NUMERICS §1")
+            print("neither torch nor ml_dtypes can cast to E2M1 here: E2M1 rests on the table written from NUMERICS §1")
             return
         bad = [(x, g) for x, g in zip(xs, codes) if g != E2M1.cast(x)]
         if bad:
-            sys.exit(f"torch and the e2m1 table disagree on {len(bad)} of {len(xs)} values, e.g. {bad[:5]}")
-        print(f"torch float4_e2m1fn_x2: all {len(xs)} distinct cast inputs agree with the table")
+            sys.exit(f"{source} and the e2m1 table disagree on {len(bad)} of {len(xs)} values, e.g. {bad[:5]}")
+        print(f"{source}: all {len(xs)} distinct cast inputs agree with the table")
 
 
 def torch_e2m1(torch, xs):
-    """E2M1 codes of xs (clamped to ±6) by torch, or None when this torch has no such cast."""
-    tdt = getattr(torch, "float4_e2m1fn_x2", None)
-    if tdt is None or not xs:
-        return None
-    try:
-        t = torch.tensor(xs + [0.0] * (len(xs) % 2), dtype=torch.float32).clamp(-6, 6)
-        packed = t.view(-1, 2).to(tdt).view(torch.uint8).reshape(-1).tolist()  # may raise: no such cast
-    except Exception:
-        return None
-    codes = []
-    for b in packed:
-        codes += [b & 0xF, b >> 4]
-    probe = [0.25, 0.75, 1.25, 2.5, 5.0, -0.25, 7.0]  # ties to even, saturation: only trust a cast that rounds so
-    try:
-        tp = torch.tensor(probe + [0.0], dtype=torch.float32).clamp(-6, 6).view(-1, 2).to(tdt).view(torch.uint8)
-        pc = []
-        for b in tp.reshape(-1).tolist():
-            pc += [b & 0xF, b >> 4]
-    except Exception:
-        return None
-    if pc[:len(probe)] != [E2M1.cast(p) for p in probe]:
-        sys.exit(f"torch's float4_e2m1fn_x2 cast rounds the probes {probe} to {pc[:len(probe)]}, not as NUMERICS §1")
-    return codes[:len(xs)]
+    """E2M1 codes of xs (clamped to ±6) by torch's float4_e2m1fn_x2, else by ml_dtypes' float4_e2m1fn (which the
+    device's PyTorch environment carries), as (codes, source); (None, None) when neither can cast. A source is only
+    trusted after it rounds the probes (ties to even, saturation) as NUMERICS §1 says."""
+    if not xs:
+        return None, None
+    probe = [0.25, 0.75, 1.25, 2.5, 5.0, -0.25, 7.0]
+
+    def by_torch(vals):
+        tdt = getattr(torch, "float4_e2m1fn_x2", None)
+        if tdt is None:
+            return None
+        try:
+            t = torch.tensor(vals + [0.0] * (len(vals) % 2), dtype=torch.float32).clamp(-6, 6)
+            packed = t.view(-1, 2).to(tdt).view(torch.uint8).reshape(-1).tolist()  # may raise: no such cast
+        except Exception:
+            return None
+        codes = []
+        for b in packed:
+            codes += [b & 0xF, b >> 4]
+        return codes[:len(vals)]
+
+    def by_ml_dtypes(vals):
+        try:
+            import ml_dtypes
+            import numpy as np
+        except ImportError:
+            return None
+        a = np.clip(np.array(vals, dtype=np.float32), -6, 6).astype(ml_dtypes.float4_e2m1fn)
+        return [int(b) & 0xF for b in a.view(np.uint8).tolist()]
+
+    for name, cast in (("torch float4_e2m1fn_x2", by_torch), ("ml_dtypes float4_e2m1fn", by_ml_dtypes)):
+        pc = cast(probe)
+        if pc is None:
+            continue
+        if pc != [E2M1.cast(p) for p in probe]:
+            sys.exit(f"{name} rounds the probes {probe} to {pc}, not as NUMERICS §1")
+        return cast(xs), name
+    return None, None
 
 
 # ---- self-checks ---------------------------------------------------------------------------------------------
@@ -571,9 +587,9 @@ def element_casts(g, rng):
                 bad = [(x, a, b) for x, a, b in zip(xs, codes, table) if a != b]
                 sys.exit(f"torch and the {dt} table disagree: {bad[:5]}")
             g.record(dt, kind, xs, codes)
-        tc = torch_e2m1(torch, xs)
+        tc, source = torch_e2m1(torch, xs)
         if tc is not None and tc != [E2M1.cast(x) for x in xs]:
-            sys.exit("torch and the e2m1 table disagree on the element casts")
+            sys.exit(f"{source} and the e2m1 table disagree on the element casts")
     else:
         g.record("e4m3", 0, xs, [E4M3.cast(x) for x in xs])
         g.record("e5m2", 1, xs, [E5M2.cast(x) for x in xs])

@@ -2,7 +2,8 @@
 # The whole test suite: dependencies, the release build and its tests (CPU always; GPU cases skip without a GPU),
 # then an AddressSanitizer+UBSan build of the CPU suite (-Dcuda=disabled), a ThreadSanitizer build of the
 # concurrency tests (the local communicator's rank threads, concurrent Engine::forward, dynamic batching), then the
-# libFuzzer targets (clang) for a bounded time after replaying their corpus. `--quick` skips the sanitizer and fuzz builds.
+# libFuzzer targets (clang; tools/fuzz.sh) for a fixed number of inputs each after replaying their corpus. `--quick`
+# skips the sanitizer and fuzz builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)

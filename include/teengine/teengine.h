@@ -51,6 +51,7 @@ struct HostTensor {
 
   static HostTensor from_floats(std::vector<int64_t> shape, const std::vector<float>& values);
   std::vector<float> to_floats() const;
+  // The product of the dimensions; an Error with is_input_error() for a negative dimension or a product past 2^56.
   int64_t numel() const;
 };
 

@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "ops/quant/quant_block.h"
 #include "ops/quant/quant_kernels.h"
+#include "ops/quant/dequantize_fast.h"
 #include "ops/quant/quantize_fast.h"
 
 namespace te {
@@ -308,6 +309,7 @@ void quantize_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs
 void dequantize_cuda(const DequantArgs& a, void* out, DType out_dtype, const Stream& stream) {
   const int64_t tasks = a.layout.R * quant_ceil_div(a.layout.C, 16);
   if (tasks == 0) return;
+  if (dequantize_fast_cuda(a, out, out_dtype, stream)) return;
   dequant_kernel<<<grid_for(tasks, 256), 256, 0, st(stream)>>>(a, out, out_dtype);
   TE_CUDA_CHECK_LAUNCH();
 }

@@ -55,6 +55,23 @@ TEST(Tensor, OddShapesAndStridesContiguous) {
   }
 }
 
+// Counting elements is where a hostile shape is first seen: negative dimensions (wherever they sit) and products
+// past kMaxNumel are input errors, never a wrapped count. Zero dimensions count as one against the bound, so an
+// empty tensor's strides cannot overflow either.
+TEST(Tensor, ShapeNumelIsChecked) {
+  EXPECT_EQ(shape_numel({}), 1);
+  EXPECT_EQ(shape_numel({3, 4}), 12);
+  EXPECT_EQ(shape_numel({0, int64_t{1} << 20, int64_t{1} << 20}), 0);
+  EXPECT_EQ(Tensor::empty({0, int64_t{1} << 20, int64_t{1} << 20}, DType::f32).strides(),
+            (Shape{int64_t{1} << 40, int64_t{1} << 20, 1}));
+  EXPECT_THROW(shape_numel({0, int64_t{1} << 62, int64_t{1} << 62}), InputError);
+  EXPECT_THROW(Tensor::empty({0, int64_t{1} << 62, int64_t{1} << 62}, DType::f32), InputError);
+  EXPECT_THROW(shape_numel({int64_t{1} << 62, 256}), InputError);
+  EXPECT_THROW(shape_numel({int64_t{1} << 32, int64_t{1} << 32}), InputError);
+  EXPECT_THROW(shape_numel({-5, 0}), InputError);
+  EXPECT_THROW(shape_numel({0, -5}), InputError);
+}
+
 TEST(Tensor, FillConvertsAndRandomIsSeeded) {
   Tensor a = Tensor::empty({100}, DType::bf16), b = Tensor::empty({100}, DType::bf16);
   a.fill_normal(42);

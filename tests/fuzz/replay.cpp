@@ -1,4 +1,4 @@
-// Replays the committed fuzz corpus (tests/fuzz/corpus/{spec,safetensors}/*) through the fuzz entry points in every
+// Replays the committed fuzz corpus (tests/fuzz/corpus/<target>/*) through the fuzz entry points in every
 // plain build, so a crash once found stays fixed. The corpus directory comes from TE_FUZZ_CORPUS.
 #include <gtest/gtest.h>
 
@@ -41,4 +41,11 @@ void replay(const std::string& sub, void (*entry)(const uint8_t*, size_t)) {
 
 TEST(FuzzCorpus, SpecReplaysWithoutEscapes) { replay("spec", te::fuzz::spec_one); }
 TEST(FuzzCorpus, SafetensorsReplaysWithoutEscapes) { replay("safetensors", te::fuzz::safetensors_one); }
+TEST(FuzzCorpus, SafetensorsFileReplaysWithoutEscapes) {
+  replay("safetensors", te::fuzz::safetensors_file_one);
+  replay("safetensors_file", te::fuzz::safetensors_file_one);
+}
+TEST(FuzzCorpus, SetReplaysWithoutEscapes) { replay("set", te::fuzz::set_one); }
+TEST(FuzzCorpus, OutputSetReplaysWithoutEscapes) { replay("output_set", te::fuzz::output_set_one); }
+TEST(FuzzCorpus, ForwardReplaysWithoutEscapes) { replay("forward", te::fuzz::forward_one); }
 }  // namespace

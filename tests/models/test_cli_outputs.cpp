@@ -55,6 +55,24 @@ TEST_F(OutputsCli, AFifoAsAnInputIsAnErrorNotAHang) {
   }
 }
 
+// /dev/zero never ends: as the spec, --input or weights it is refused by kind, as is a spec file far larger than
+// any spec (weights passed by mistake), before anything is read.
+TEST_F(OutputsCli, DevicesAndHugeFilesAsInputsAreRefusedBeforeTheyAreRead) {
+  for (const std::string& args : {std::string("run /dev/zero"), "run " + model() + fast() + "--input /dev/zero",
+                                  "run " + model() + fast() + "--set weights=/dev/zero",
+                                  std::string("inspect /dev/zero")}) {
+    Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("/dev/zero: is not a regular file"), std::string::npos) << args << "\n" << r.err;
+  }
+  const std::string big = path("big.yaml");
+  std::ofstream(big) << "model:\n";
+  fs::resize_file(big, 32u << 20);  // 32 MiB, sparse
+  Result r = run("run " + big);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("is too large for a model spec"), std::string::npos) << r.err;
+}
+
 TEST_F(OutputsCli, TheSpecAndTheWeightsAreNeverOverwritten) {
   const std::string spec = path("m.yaml");
   fs::copy_file(model(), spec);

@@ -2,6 +2,7 @@
 // a non-finite loss stopping training with its step number, and bad input exiting 2.
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_test.h"
@@ -78,6 +79,39 @@ TEST_F(RunCli, BadInputExitsTwo) {
   const std::string no_out = (dir_ / "never.safetensors").string();
   EXPECT_EQ(run("run " + model() + fast() + "--input /nonexistent.safetensors --output " + no_out).code, 2);
   EXPECT_FALSE(std::filesystem::exists(no_out)) << "no partial output file";
+}
+
+// A spec that cannot fit is refused from its fields before anything is allocated, the seeded input included (it
+// used to be allocated first: 256 GiB for these sizes, a host out-of-memory error with exit 1).
+TEST_F(RunCli, ASpecThatCannotFitExitsTwoBeforeTheInputIsAllocated) {
+  const std::string huge =
+      " --set run.device=cpu --set model.hidden=1048576 --set run.tokens=65536 "
+      "--set model.block[0][0].layernorm_linear.out=1048576 "
+      "--set model.block[0][1].linear.out=1048576 --set model.block[1][0].layernorm_mlp.ffn=1048576";
+  for (const std::string& sets :
+       {huge, fast() + "--set model.layers=100000 --set model.block[1][0].layernorm_mlp.ffn=1048576"}) {
+    Result r = run("run " + model() + sets);
+    EXPECT_EQ(r.code, 2) << sets << "\n" << r.err;
+    EXPECT_NE(r.err.find("the model needs at least"), std::string::npos) << r.err;
+    for (const char* field : {"model.hidden", "model.layers", "run.tokens"})
+      EXPECT_NE(r.err.find(field), std::string::npos) << field << " in: " << r.err;
+  }
+}
+
+// A safetensors header nested 60,000 arrays deep (120 KB) as --input or as the spec's weights: one bounded parse
+// and an input error, not a stack overflow.
+TEST_F(RunCli, DeeplyNestedInputAndWeightsFilesAreInputErrors) {
+  const std::string header = "{\"input\":{\"dtype\":\"F32\",\"shape\":" + std::string(60000, '[') +
+                             std::string(60000, ']') + ",\"data_offsets\":[0,4]}}";
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  const std::string deep = (dir_ / "deep.safetensors").string();
+  std::ofstream(deep, std::ios::binary) << len << header << std::string(4, '\0');
+  for (const std::string& args : {"--input " + deep, "--set weights=" + deep}) {
+    Result r = run("run " + model() + fast() + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(deep + ": the JSON header nests deeper than 16 levels"), std::string::npos) << r.err;
+  }
 }
 
 // --explain prints the plan the graph executor runs (the README shows it for the default model): the gathers on the

@@ -71,9 +71,9 @@ RunResult run_model(const std::string& yaml, bool train, const RunOptions& o = {
     ctxs.push_back(std::move(c));
   }
   const int64_t T = spec.run.tokens, H = spec.model.hidden;
-  Tensor x = Tensor::empty({T, H}, DType::bf16);
+  Tensor x = Tensor::empty({T, H}, spec.model.dtype);  // the model's dtype: the residual stream keeps x's
   x.fill_normal(99);
-  Tensor target = Tensor::empty({T, H}, DType::bf16);
+  Tensor target = Tensor::empty({T, H}, spec.model.dtype);
   target.fill_normal(100);
   std::vector<Tensor> outs(w);
   std::vector<float> losses(w);

@@ -74,6 +74,30 @@ TEST(EngineRequests, EveryBadRequestIsAnInputErrorAndTheEngineStaysUsable) {
   EXPECT_EQ(e.forward(good(64)).bytes, before);
 }
 
+template <typename F>
+void expect_input_error(const char* what, F&& f) {
+  try {
+    f();
+    ADD_FAILURE() << what << ": accepted";
+  } catch (const teengine::Error& err) {
+    EXPECT_TRUE(err.is_input_error()) << what << ": " << err.what();
+  }
+}
+
+// A {2^62, 256} request: counting its elements, filling it and running it are input errors, not a wrapped product
+// (HostTensor::numel() multiplied unchecked).
+TEST(EngineRequests, AnOverflowingShapeIsAnInputErrorWhereverItIsCounted) {
+  auto e = teengine::Engine::from_yaml_string(model("infer"));
+  const std::vector<int64_t> shape = {int64_t{1} << 62, 256};
+  expect_input_error("numel", [&] { (void)tensor(shape, "f32", 0).numel(); });
+  expect_input_error("numel of a negative shape", [&] { (void)tensor({0, -3}, "f32", 0).numel(); });
+  expect_input_error("from_floats", [&] { (void)teengine::HostTensor::from_floats(shape, {}); });
+  expect_input_error("forward", [&] { (void)e.forward(tensor(shape, "f32", 0)); });
+  expect_input_error("stage", [&] { (void)e.stage(tensor(shape, "bf16", 0)); });
+  EXPECT_EQ(tensor({64, 128}, "f32", 0).numel(), 64 * 128);
+  EXPECT_EQ(e.forward(good(64)).shape, (std::vector<int64_t>{64, 128}));
+}
+
 TEST(EngineRequests, TrainingRequestsThatCannotRunAreInputErrors) {
   auto infer = teengine::Engine::from_yaml_string(model("infer"));
   try {

@@ -149,6 +149,10 @@ std::vector<BadCase> bad_file_cases() {
       {"ShapeOverflow",
        file_of("{" + entry("a", "F32", "[4294967296,4294967296,4294967296]", 0, 8) + "}", std::string(8, '\0')),
        {"tensor 'a'", "too large"}},
+      // Empty, but its strides would overflow: refused like the non-empty shape (engine/tensor.h shape_numel).
+      {"EmptyShapeTooLargeForStrides",
+       file_of("{" + entry("a", "F32", "[0,4611686018427387904,4611686018427387904]", 0, 0) + "}", ""),
+       {"tensor 'a'", "too large for any file"}},
       {"NegativeDim", file_of("{" + entry("a", "F32", "[-2]", 0, 8) + "}", std::string(8, '\0')),
        {"tensor 'a'", "not a non-negative integer"}},
       {"DuplicateNames", file_of("{" + ok_a + "," + ok_a + "}", std::string(8, '\0')),
@@ -162,6 +166,15 @@ std::vector<BadCase> bad_file_cases() {
       {"UnknownField", file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", std::string(8, '\0')),
        {"tensor 'a'", "unknown field 'x'"}},
       {"MetadataNotStrings", file_of(R"({"__metadata__":{"k":1}})", ""), {"__metadata__", "not a string"}},
+      // Names from the file are echoed escaped and cut (engine/printable.h): they must not drive a terminal.
+      {"ControlCharactersInAName",
+       file_of("{" + entry("a\\u001b[2J\\u0007", "F64", "[1]", 0, 8) + "}", std::string(8, '\0')),
+       {"tensor 'a\\x1B[2J\\x07': dtype 'F64'"}},
+      {"LongNameIsCut", file_of("{" + entry(std::string(5000, 'n'), "F64", "[1]", 0, 8) + "}", std::string(8, '\0')),
+       {"tensor '" + std::string(100, 'n') + "... (5000 bytes)': dtype"}},
+      {"DuplicateInsideAnEntry", file_of(R"({"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                                         std::string(8, '\0')),
+       {"key 'dtype' appears twice"}},
       // 60,000 nested arrays in 120 KB: a bounded parse, not a stack overflow while building or printing the tree.
       {"NestedShape60000Deep",
        file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":" + std::string(60000, '[') + std::string(60000, ']') +

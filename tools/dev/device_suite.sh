@@ -41,33 +41,11 @@ run_tests() {
   done
 }
 
-# compute-sanitizer: memcheck (out-of-bounds/misaligned accesses, leaks), racecheck (shared-memory hazards) and
-# initcheck (reads of uninitialised device memory) over the GPU cases of SANITIZE_BINS, then over `teengine run`
-# (inference, training, NVFP4 training) on models/tiny.yaml. SANITIZE_TOOLS / SANITIZE_TIMEOUT (s per command) bound it.
+# compute-sanitizer (memcheck, racecheck, initcheck) over the GPU test cases and `teengine run`: one place for it,
+# tools/dev/gpu_sanitize.sh (SANITIZE_TOOLS, SANITIZE_BINS, SANITIZE_TIMEOUT pass through).
 run_sanitize() {
-  local tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck}
-  for args in "--set run.steps=2" "--set run.steps=2 --set run.mode=train" \
-              "--set run.steps=2 --set run.mode=train --set precision.recipe=nvfp4"; do
-    for tool in $tools; do
-      log="$work/sanitize_run_${tool}_$(echo "$args" | md5sum | cut -c1-6).log"
-      timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 "$exe" run models/tiny.yaml \
-        --set run.device=cuda $args >"$log" 2>&1
-      note "teengine run $args, $tool: rc=$? $(grep -E 'ERROR SUMMARY|not supported' "$log" | tail -1)"
-    done
-  done
-  for b in ${SANITIZE_BINS:-models graph quant ops comm}; do
-    t="$build/tests/$b/${b}_tests"
-    [ -x "$t" ] || continue
-    for tool in $tools; do
-      log="$work/sanitize_$(basename "$t")_$tool.log"
-      filter='*Gpu*:*GPU*:*Cuda*:*CUDA*:*OnGpu*'
-      # The quant suite's GPU cases are thousands of shapes: under the sanitizer, every format on bf16 and the misc cases.
-      [[ $t == */quant_tests ]] && filter='*Small*bf16*:*QuantGpuMisc*'
-      timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 "$t" \
-        --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
-      note "$(basename "$t") $tool: rc=$? $(grep -E 'ERROR SUMMARY|not supported' "$log" | tail -1)"
-    done
-  done
+  OUT=$work/sanitize tools/dev/gpu_sanitize.sh "$build" || status=1
+  cat "$work/sanitize/summary.txt" >>"$out/summary.txt"
 }
 
 run_bench() {

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "engine/error.h"
+#include "engine/printable.h"
 
 namespace te::cli {
 namespace fs = std::filesystem;
@@ -27,7 +28,7 @@ std::optional<int64_t> checkpoint_step_of(const std::string& f) {
 std::string resolve_resume(const std::string& p) {
   std::error_code ec;
   if (!fs::exists(p, ec))
-    TE_INPUT_ERROR("--resume " << p << ": does not exist",
+    TE_INPUT_ERROR("--resume " << printable_path(p) << ": does not exist",
                    "give a checkpoint file or the --checkpoint-dir of a run that wrote one (start without --resume "
                    "to train from the beginning)");
   if (!fs::is_directory(p, ec)) return p;
@@ -41,10 +42,10 @@ std::string resolve_resume(const std::string& p) {
     }
   }
   if (ec)
-    TE_INPUT_ERROR("--resume " << p << ": cannot list the directory (" << ec.message() << ")",
+    TE_INPUT_ERROR("--resume " << printable_path(p) << ": cannot list the directory (" << ec.message() << ")",
                    "give a readable directory or a checkpoint file");
   if (best.empty())
-    TE_INPUT_ERROR("--resume " << p << ": the directory holds no step-N.safetensors checkpoint",
+    TE_INPUT_ERROR("--resume " << printable_path(p) << ": the directory holds no step-N.safetensors checkpoint",
                    "pass the --checkpoint-dir of a run that wrote one, or a checkpoint file (start without --resume "
                    "to train from the beginning)");
   return best;

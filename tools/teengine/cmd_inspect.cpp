@@ -5,11 +5,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/printable.h"
 #include "models/safetensors.h"
 #include "tools/teengine/commands.h"
 
 namespace te::cli {
 namespace {
+// Names and metadata in the table are cut here (--json prints them whole): longer than any real tensor name.
+constexpr size_t kTableMaxChars = 256;
+
 struct Stats {
   int64_t count = 0, finite = 0, nan = 0, inf = 0;
   double min = 0, max = 0, mean = 0, std = 0;  // over the finite values
@@ -54,8 +58,10 @@ int run_inspect(const std::string& path, bool as_json) {
   const SafetensorsReader r = SafetensorsReader::open(path);
   nlohmann::json out = {{"file", path}, {"metadata", r.metadata()}, {"tensors", nlohmann::json::array()}};
   if (!as_json) {
-    std::printf("%s: %zu tensors\n", path.c_str(), r.entries().size());
-    for (const auto& [k, v] : r.metadata()) std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
+    // Names and metadata come from the file: control characters are escaped (a name must not drive the terminal).
+    std::printf("%s: %zu tensors\n", printable_path(path).c_str(), r.entries().size());
+    for (const auto& [k, v] : r.metadata())
+      std::printf("  metadata %s = %s\n", printable(k, kTableMaxChars).c_str(), printable(v, kTableMaxChars).c_str());
     std::printf("%-40s %-8s %-18s %12s %12s %12s %12s %12s %6s %6s\n", "name", "dtype", "shape", "bytes", "min", "max",
                 "mean", "std", "nan", "inf");
   }
@@ -77,16 +83,18 @@ int run_inspect(const std::string& path, bool as_json) {
       out["tensors"].push_back(std::move(j));
     } else {
       const bool any = s.finite > 0;
-      std::printf("%-40s %-8s %-18s %12llu %12s %12s %12s %12s %6lld %6lld\n", e.name.c_str(),
-                  std::string(dtype_name(e.dtype)).c_str(), shape_str(e.shape).c_str(),
-                  static_cast<unsigned long long>(e.nbytes()), any ? fmt(s.min).c_str() : "-",
-                  any ? fmt(s.max).c_str() : "-", any ? fmt(s.mean).c_str() : "-", any ? fmt(s.std).c_str() : "-",
-                  static_cast<long long>(s.nan), static_cast<long long>(s.inf));
+      std::printf("%-40s %-8s %-18s %12llu %12s %12s %12s %12s %6lld %6lld\n",
+                  printable(e.name, kTableMaxChars).c_str(), std::string(dtype_name(e.dtype)).c_str(),
+                  shape_str(e.shape).c_str(), static_cast<unsigned long long>(e.nbytes()),
+                  any ? fmt(s.min).c_str() : "-", any ? fmt(s.max).c_str() : "-", any ? fmt(s.mean).c_str() : "-",
+                  any ? fmt(s.std).c_str() : "-", static_cast<long long>(s.nan), static_cast<long long>(s.inf));
     }
   }
   if (as_json) {
     out["total_bytes"] = total;
-    std::printf("%s\n", out.dump(2).c_str());
+    // ASCII only: JSON escapes for control characters and everything past ASCII (C1 controls included); a path that
+    // is not UTF-8 gets U+FFFD instead of an exception.
+    std::printf("%s\n", out.dump(2, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("total %llu bytes\n", static_cast<unsigned long long>(total));
   }

@@ -15,7 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/printable.h"
 #include "engine/tensor.h"
+#include "models/memory_estimate.h"
+#include "models/rank_placement.h"
 #include "models/safetensors.h"
 #include "models/spec.h"
 #include "tools/teengine/commands.h"
@@ -87,6 +90,9 @@ int run(const RunOptions& o) {
       {"--output", o.output}, {"--save-weights", o.save_weights}, {"--json", o.json, true}};
   OutputSet outputs(requests, inputs);
   OutputSet::install_signal_cleanup();
+  // The engine checks this too, but the inputs below are read and allocated first: a run that cannot fit is refused
+  // here, naming the fields, before anything is allocated (models/memory_estimate.h).
+  check_memory_fits(spec, place_ranks(spec));
 
   // Inference input: from --input, else seeded: x ~ N(0, 1). Training data, eval set, the checkpoint to resume and
   // the checkpoint paths: opened and checked here too, before the engine allocates anything (train_inputs.h).
@@ -120,7 +126,8 @@ int run(const RunOptions& o) {
       TE_THROW("loss is not finite at step " << t.step << " (" << t.loss << "); the update was skipped"
                                              << (o.save_weights.empty() ? "" : ", weights of step " +
                                                                                    std::to_string(t.step - 1) +
-                                                                                   " saved to " + o.save_weights),
+                                                                                   " saved to " +
+                                                                                   printable_path(o.save_weights)),
                "lower run.optimizer.lr, compare with precision.recipe=none, or pass --keep-going");
     }
   } else {
@@ -139,12 +146,13 @@ int run(const RunOptions& o) {
   if (!root) return 0;
   const std::vector<double> wall = metrics["step_ms"].get<std::vector<double>>(),
                             device = metrics["device_ms"].get<std::vector<double>>();
-  std::printf("%s: %lld tokens × %lld hidden, tp %d (%s), recipe %s, %s — %.2f ms/step wall, %.2f ms/step device "
-              "(medians of %zu), %.0f tokens/s\n",
-              spec.name.c_str(), static_cast<long long>(tokens), static_cast<long long>(hidden), spec.parallel.tp,
-              metrics["comm_backend"].get<std::string>().c_str(), std::string(recipe_name(spec.precision.recipe)).c_str(),
-              metrics["device"].get<std::string>().c_str(), median(wall), median(device), wall.size(),
-              metrics["tokens_per_s"].get<double>());
+  std::printf(
+      "%s: %lld tokens × %lld hidden, tp %d (%s), recipe %s, %s — %.2f ms/step wall, %.2f ms/step device "
+      "(medians of %zu), %.0f tokens/s\n",
+      printable(spec.name).c_str(), static_cast<long long>(tokens), static_cast<long long>(hidden), spec.parallel.tp,
+      metrics["comm_backend"].get<std::string>().c_str(), std::string(recipe_name(spec.precision.recipe)).c_str(),
+      metrics["device"].get<std::string>().c_str(), median(wall), median(device), wall.size(),
+      metrics["tokens_per_s"].get<double>());
   if (!train) {
     std::vector<float> v = host_out.to_floats();
     double sum = 0, sq = 0;
@@ -167,7 +175,8 @@ int run(const RunOptions& o) {
       write_safetensors(tmp, {{"output", Tensor::from_f32(t.to_f32_vector(), t.shape(), spec.model.dtype)}});
     });
   }
-  if (!o.json.empty()) outputs.stage_text("--json", metrics.dump(2) + "\n");
+  // ASCII only (the model name may hold anything): `--json -` puts it on a terminal.
+  if (!o.json.empty()) outputs.stage_text("--json", metrics.dump(2, ' ', true) + "\n");
   outputs.commit();
   return 0;
 }

@@ -8,12 +8,14 @@
 
 #include "engine/error.h"
 #include "engine/log.h"
+#include "engine/printable.h"
 #include "te_config.h"
 #include "tools/teengine/commands.h"
 
 namespace {
 // An error as a user reads it: what and where, the hint; the failing call and the source location only at
-// TEENGINE_LOG=debug (they are for whoever debugs the engine, not for whoever fixes the input).
+// TEENGINE_LOG=debug (they are for whoever debugs the engine, not for whoever fixes the input). Control characters
+// that reached the message unescaped are escaped here, so no echo site can drive the terminal.
 void print_error(const std::string& what) {
   const bool debug = te::log_enabled(te::LogLevel::debug);
   std::string out;
@@ -25,7 +27,7 @@ void print_error(const std::string& what) {
       out += (out.empty() ? "" : "\n") + line;
     start = end + 1;
   }
-  std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), out.c_str());
+  std::fprintf(stderr, "%serror: %s\n", te::rank_prefix().c_str(), te::printable_lines(out).c_str());
 }
 }  // namespace
 

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -12,37 +11,16 @@
 #include <filesystem>
 
 #include "engine/error.h"
+#include "engine/printable.h"
+#include "engine/temp_files.h"
 
 namespace te::cli {
 namespace fs = std::filesystem;
 namespace {
 
-// Temporary paths a signal handler may unlink: fixed slots, written before a file is created and cleared after it
-// is renamed or removed, read by the handler with only async-signal-safe calls.
-constexpr int kSlots = 16;
-constexpr size_t kPathMax = 4096;
-char g_paths[kSlots][kPathMax];
-std::atomic<bool> g_used[kSlots];
-
-int claim_slot(const std::string& path) {
-  if (path.size() + 1 > kPathMax) return -1;
-  for (int i = 0; i < kSlots; ++i) {
-    bool expected = false;
-    if (g_used[i].load() || !g_used[i].compare_exchange_strong(expected, true)) continue;
-    std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
-    return i;
-  }
-  return -1;  // more than kSlots at once: the file is still removed on errors, just not on a signal
-}
-
-void release_slot(const std::string& path) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].load() && path == g_paths[i]) g_used[i].store(false);
-}
-
+// Removes the temporaries (the set's and write_safetensors' own), then ends the process with the signal.
 extern "C" void on_signal(int sig) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].load()) ::unlink(g_paths[i]);
+  remove_temp_files_signal_safe();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -74,24 +52,28 @@ OutputSet::OutputSet(std::vector<OutputRequest> outputs, const std::vector<std::
     }
     struct stat st {};
     if (::lstat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      TE_INPUT_ERROR(r.flag << " " << p << ": is " << describe_kind(st) << ", which the output would replace",
-                     "give the path of a regular file (or a new one)" << (r.stdout_ok ? "; '-' writes to stdout" : ""));
+      TE_INPUT_ERROR(
+          r.flag << " " << printable_path(p) << ": is " << describe_kind(st) << ", which the output would replace",
+          "give the path of a regular file (or a new one)" << (r.stdout_ok ? "; '-' writes to stdout" : ""));
     const fs::path dir = fs::path(p).has_parent_path() ? fs::path(p).parent_path() : fs::path(".");
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-      TE_INPUT_ERROR(r.flag << " " << p << ": directory " << dir.string() << " does not exist",
-                     "create it first or choose another path");
+      TE_INPUT_ERROR(
+          r.flag << " " << printable_path(p) << ": directory " << printable_path(dir.string()) << " does not exist",
+          "create it first or choose another path");
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
-      TE_INPUT_ERROR(r.flag << " " << p << ": directory " << dir.string() << " is not writable",
-                     "choose a directory you can write");
+      TE_INPUT_ERROR(
+          r.flag << " " << printable_path(p) << ": directory " << printable_path(dir.string()) << " is not writable",
+          "choose a directory you can write");
     for (const std::string& in : inputs)
       if (!in.empty() && same_file(p, in))
-        TE_INPUT_ERROR(r.flag << " " << p << ": is an input of this run (" << in << ") and would be overwritten",
+        TE_INPUT_ERROR(r.flag << " " << printable_path(p) << ": is an input of this run (" << printable_path(in)
+                              << ") and would be overwritten",
                        "write the output somewhere else");
     for (const Entry& e : entries_)
       if (e.req.path != "-" && (e.req.path == p || same_file(e.req.path, p) ||
                                 fs::weakly_canonical(e.req.path, ec) == fs::weakly_canonical(p, ec)))
-        TE_INPUT_ERROR(r.flag << " " << p << ": " << e.req.flag << " writes the same file",
+        TE_INPUT_ERROR(r.flag << " " << printable_path(p) << ": " << e.req.flag << " writes the same file",
                        "give each output its own path");
     entries_.push_back({r, "", "", false});
   }
@@ -101,7 +83,7 @@ OutputSet::~OutputSet() {
   for (Entry& e : entries_)
     if (!e.temp.empty()) {
       ::unlink(e.temp.c_str());
-      release_slot(e.temp);
+      forget_temp_file(e.slot);
     }
 }
 
@@ -127,15 +109,15 @@ void OutputSet::stage(const std::string& flag, const std::function<void(const st
   std::string tmp = (dir / name).string();
   const int fd = ::mkstemp(tmp.data());  // a unique name: two runs writing beside each other never collide
   if (fd < 0)
-    TE_INPUT_ERROR(flag << " " << e.req.path << ": cannot create a temporary file in " << dir.string() << ": "
-                        << std::strerror(errno),
+    TE_INPUT_ERROR(flag << " " << printable_path(e.req.path) << ": cannot create a temporary file in "
+                        << printable_path(dir.string()) << ": " << std::strerror(errno),
                    "check that the directory is writable");
   // The final file keeps the mode of the one it replaces, else rw-r--r-- (mkstemp creates 0600).
   struct stat st {};
   ::fchmod(fd, ::stat(e.req.path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644);
   ::close(fd);
   e.temp = tmp;
-  claim_slot(tmp);
+  e.slot = register_temp_file(tmp);
   write(tmp);  // throws: the destructor removes the temporary file
   e.staged = true;
 }
@@ -159,7 +141,9 @@ void OutputSet::stage_text(const std::string& flag, const std::string& text) {
     ok = ok && ::fsync(fd) == 0;
     const int err = errno;
     if (fd >= 0) ::close(fd);
-    if (!ok) TE_INPUT_ERROR(flag << " " << e.req.path << ": writing failed: " << std::strerror(err), "check free disk space");
+    if (!ok)
+      TE_INPUT_ERROR(flag << " " << printable_path(e.req.path) << ": writing failed: " << std::strerror(err),
+                     "check free disk space");
   });
 }
 
@@ -173,10 +157,10 @@ void OutputSet::commit() {
       continue;
     }
     if (::rename(e.temp.c_str(), e.req.path.c_str()) != 0)
-      TE_INPUT_ERROR(e.req.flag << " " << e.req.path << ": cannot rename the finished file onto it: "
-                                << std::strerror(errno),
+      TE_INPUT_ERROR(e.req.flag << " " << printable_path(e.req.path)
+                                << ": cannot rename the finished file onto it: " << std::strerror(errno),
                      "is the path on another file system, or was it replaced by a directory meanwhile?");
-    release_slot(e.temp);
+    forget_temp_file(e.slot);
     e.temp.clear();
   }
 }

@@ -43,6 +43,7 @@ class OutputSet {
     std::string temp;        // staged file ("" until staged)
     std::string stdout_text;  // "-": what commit() prints
     bool staged = false;
+    int slot = -1;            // the temporary's slot in engine/temp_files.h
   };
   Entry& entry(const std::string& flag);
   std::vector<Entry> entries_;

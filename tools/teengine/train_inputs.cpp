@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/log.h"
+#include "engine/printable.h"
 #include "models/checkpoint_header.h"
 #include "models/safetensors.h"
 
@@ -20,7 +21,7 @@ Dataset training_data(const ModelSpec& spec, const TrainOptions& o) {
   const int64_t tokens = spec.run.tokens, hidden = spec.model.hidden;
   if (!spec.run.data_paths.empty()) {
     if (!o.input.empty())
-      TE_INPUT_ERROR("both --input " << o.input << " and run.data give training data",
+      TE_INPUT_ERROR("both --input " << printable_path(o.input) << " and run.data give training data",
                      "drop --input, or set run.data to null (--set run.data=null)");
     return Dataset::open(spec.run.data_paths, tokens, hidden, "run.data");
   }
