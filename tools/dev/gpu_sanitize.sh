@@ -3,11 +3,12 @@
 # accesses, leaks), racecheck (shared-memory hazards) and initcheck (reads of uninitialised device memory) — on the
 # GPU cases of the GoogleTest suites and on `teengine run` (inference with the graph and the eager executor, NVFP4,
 # training) of models/tiny.yaml. One summary line per (target, tool): clean / ERRORS / TIMEOUT / FAILED and the
-# sanitizer's ERROR SUMMARY. Logs in $OUT/gpu_sanitize_logs.tgz, the summary in $OUT/summary.txt (appended).
+# sanitizer's ERROR SUMMARY. Logs in $OUT/gpu_sanitize_logs_TOOLS.tgz, the summary in $OUT/summary.txt (appended).
 # Exits 1 when any pair reported errors, failed or timed out. `tools/dev/device_suite.sh BUILD sanitize` runs this.
 #   tools/dev/gpu_sanitize.sh BUILD_DIR [memcheck|racecheck|initcheck]...          (default: all three)
 # Environment: SANITIZE_TOOLS (instead of the arguments), SANITIZE_BINS (suites, default "engine quant ops graph
-# comm models"), FILTER_<suite> (a gtest filter replacing the default below), SANITIZE_TIMEOUT (s per pair, 300).
+# comm models"), FILTER_<suite> (a gtest filter replacing the default below), SANITIZE_TIMEOUT (s per pair, 300),
+# SANITIZE_RUNS=0 (the suites only, not the CLI runs).
 set -uo pipefail
 build=${1:?usage: tools/dev/gpu_sanitize.sh BUILD_DIR [memcheck|racecheck|initcheck]...}
 shift
@@ -79,6 +80,7 @@ for tool in $tools; do
     sanitize "${suite}_tests" "$tool" "$t" --gtest_filter="${!var:-$(default_filter "$suite")}" --gtest_brief=1
   done
   # The CLI end to end: two ranks sharing cuda:0 over the local communicator.
+  [ "${SANITIZE_RUNS:-1}" = 0 ] && continue
   sanitize run_graph_fp8_block "$tool" "$exe" run $m "${gpu[@]}"
   sanitize run_eager_mxfp8 "$tool" "$exe" run $m "${gpu[@]}" --set run.executor=eager --set precision.recipe=mxfp8
   sanitize run_nvfp4 "$tool" "$exe" run $m "${gpu[@]}" --set precision.recipe=nvfp4
@@ -88,7 +90,7 @@ for tool in $tools; do
     --set precision.recipe=fp8_delayed
 done
 
-tar czf "$out/gpu_sanitize_logs.tgz" -C "$work" .
+tar czf "$out/gpu_sanitize_logs_${tools// /_}.tgz" -C "$work" .
 rm -rf "$work"
-note "gpu_sanitize: $([ $status = 0 ] && echo 'all clean' || echo 'errors: see the lines above and gpu_sanitize_logs.tgz')"
+note "gpu_sanitize: $([ $status = 0 ] && echo 'all clean' || echo 'errors: see the lines above and gpu_sanitize_logs_*.tgz')"
 exit $status
