@@ -27,6 +27,15 @@ TE_HD float load_f32(const void* base, DType t, int64_t i) {
   return 0.f;
 }
 
+// fp4 byte k of n elements, both nibbles from value(i): written whole, so a fill never reads its destination, and
+// the high nibble of an odd count's last byte is zero on every device.
+template <class Value>
+TE_HD uint8_t fp4_byte_of(int64_t k, int64_t n, Value value) {
+  const uint8_t lo = e2m1_from_f32(value(2 * k));
+  const uint8_t hi = 2 * k + 1 < n ? e2m1_from_f32(value(2 * k + 1)) : uint8_t{0};
+  return static_cast<uint8_t>(lo | (hi << 4));
+}
+
 // Not thread-safe for fp4 (read-modify-write of a shared byte).
 TE_HD void store_f32(void* base, DType t, int64_t i, float v) {
   switch (t) {

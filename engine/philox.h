@@ -87,4 +87,9 @@ TE_HD float uniform_at(uint64_t seed, uint64_t i) {
   return uniform_from_bits(r.v[i & 3]);
 }
 
+// Element i of a random fill: a + b·N(0,1) when `normal`, else uniform on [a, b).
+TE_HD float random_fill_value(uint64_t seed, uint64_t i, bool normal, float a, float b) {
+  return normal ? a + b * normal_at(seed, i) : a + (b - a) * uniform_at(seed, i);
+}
+
 }  // namespace te

@@ -294,11 +294,14 @@ void fill_random_impl(Tensor& t, uint64_t seed, bool normal, float a, float b, c
     return;
   }
   if (t.device().is_cpu()) {
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      float v = normal ? a + b * normal_at(seed, static_cast<uint64_t>(i))
-                       : a + (b - a) * uniform_at(seed, static_cast<uint64_t>(i));
-      store_f32(t.data_ptr(), t.dtype(), i, v);
+    const int64_t n = t.numel();
+    const auto value = [&](int64_t i) { return random_fill_value(seed, static_cast<uint64_t>(i), normal, a, b); };
+    if (t.dtype() == DType::fp4_e2m1) {
+      auto* bytes = static_cast<uint8_t*>(t.data_ptr());
+      for (int64_t k = 0; k < (n + 1) / 2; ++k) bytes[k] = fp4_byte_of(k, n, value);
+      return;
     }
+    for (int64_t i = 0; i < n; ++i) store_f32(t.data_ptr(), t.dtype(), i, value(i));
     return;
   }
 #if TE_WITH_CUDA

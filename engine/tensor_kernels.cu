@@ -29,15 +29,15 @@ __global__ void fill_kernel(void* dst, DType t, int64_t n, float v) {
     store_f32(dst, t, i, v);
 }
 
-// fp4: one thread writes both nibbles of a byte (no read-modify-write races).
+// fp4: one thread writes a whole byte (both nibbles), never reading the destination.
 __global__ void fill_random_kernel(void* dst, DType t, int64_t n, uint64_t seed, bool normal, float a, float b) {
-  const int64_t step = (t == DType::fp4_e2m1) ? 2 : 1;
-  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * step; i < n;
-       i += int64_t(gridDim.x) * blockDim.x * step) {
-    for (int64_t j = i; j < i + step && j < n; ++j) {
-      float v = normal ? a + b * normal_at(seed, j) : a + (b - a) * uniform_at(seed, j);
-      store_f32(dst, t, j, v);
-    }
+  const auto value = [&](int64_t j) { return random_fill_value(seed, static_cast<uint64_t>(j), normal, a, b); };
+  const int64_t count = t == DType::fp4_e2m1 ? (n + 1) / 2 : n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    if (t == DType::fp4_e2m1)
+      static_cast<uint8_t*>(dst)[i] = fp4_byte_of(i, n, value);
+    else
+      store_f32(dst, t, i, value(i));
   }
 }
 }  // namespace

@@ -1,11 +1,13 @@
 // Tensor views, contiguous(), host/device copies, seeded init and allocator accounting.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "common/gpu.h"
 #include "engine/allocator.h"
 #include "engine/error.h"
+#include "engine/float_convert.h"
 #include "engine/tensor.h"
 
 namespace te {
@@ -92,6 +94,35 @@ TEST(Tensor, FillConvertsAndRandomIsSeeded) {
   Tensor f = Tensor::empty({4}, DType::fp8_e4m3);
   f.fill(1000.0);  // saturates
   EXPECT_EQ(f.to_f32_vector()[3], 448.f);
+}
+
+// An fp4 random fill writes whole bytes: it never reads what the memory held before, and the high nibble of an odd
+// count's last byte is zero, so the bytes (what a file or a checksum sees) are the same on every device.
+std::vector<uint8_t> fp4_fill_bytes(Device dev) {
+  Tensor t = Tensor::empty({5}, DType::fp4_e2m1, dev);
+  if (dev.is_cpu())
+    std::memset(t.data_ptr(), 0xFF, 3);  // what the fill must not keep
+  else
+    t.fill(-6.0);  // on a GPU a memset of whole bytes: every nibble 0xF
+  t.fill_normal(7, 0.f, 2.f);
+  const Tensor h = t.to(Device::cpu());
+  const auto* p = static_cast<const uint8_t*>(h.data_ptr());
+  return {p, p + 3};
+}
+
+TEST(Tensor, Fp4RandomFillWritesWholeBytes) {
+  Tensor f = Tensor::empty({5}, DType::f32);
+  f.fill_normal(7, 0.f, 2.f);
+  const std::vector<float> v = f.to_f32_vector();
+  const std::vector<uint8_t> want = {
+      static_cast<uint8_t>(e2m1_from_f32(v[0]) | (e2m1_from_f32(v[1]) << 4)),
+      static_cast<uint8_t>(e2m1_from_f32(v[2]) | (e2m1_from_f32(v[3]) << 4)), e2m1_from_f32(v[4])};
+  EXPECT_EQ(fp4_fill_bytes(Device::cpu()), want);
+}
+
+TEST(TensorGpu, Fp4RandomFillWritesWholeBytes) {
+  TE_REQUIRE_GPU();
+  EXPECT_EQ(fp4_fill_bytes(Device::cuda(0)), fp4_fill_bytes(Device::cpu()));
 }
 
 TEST(Tensor, HostAllocatorAlignedAndCounted) {

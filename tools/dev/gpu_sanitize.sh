@@ -7,8 +7,8 @@
 # Exits 1 when any pair reported errors, failed or timed out. `tools/dev/device_suite.sh BUILD sanitize` runs this.
 #   tools/dev/gpu_sanitize.sh BUILD_DIR [memcheck|racecheck|initcheck]...          (default: all three)
 # Environment: SANITIZE_TOOLS (instead of the arguments), SANITIZE_BINS (suites, default "engine quant ops graph
-# comm models"), FILTER_<suite> (a gtest filter replacing the default below), SANITIZE_TIMEOUT (s per pair, 300),
-# SANITIZE_RUNS=0 (the suites only, not the CLI runs).
+# comm models; initcheck: engine quant, see below), FILTER_<suite> (a gtest filter replacing the default below),
+# SANITIZE_TIMEOUT (s per pair, 300), SANITIZE_RUNS=0 (the suites only) or 1 (the CLI runs under initcheck too).
 set -uo pipefail
 build=${1:?usage: tools/dev/gpu_sanitize.sh BUILD_DIR [memcheck|racecheck|initcheck]...}
 shift
@@ -40,12 +40,16 @@ default_filter() {
   esac
 }
 
-# initcheck would flag padding that is allocated but never read back as unused memory; memcheck also checks leaks.
+# memcheck: the caching allocator keeps its device blocks until the process exits (freeing them during static
+# destruction would race the CUDA context's own teardown), so a leak check lists every cached block; and the
+# allocator's out-of-memory path is exercised on purpose (a failed cudaMalloc, then the cache released and the
+# allocation retried), which the API-error report would count. Neither is an access error, and every CUDA call the
+# engine makes is checked by the engine itself.
 tool_args() {
   case $1 in
-    memcheck) echo '--leak-check full' ;;
+    memcheck) echo '--leak-check no --report-api-errors no' ;;
     racecheck) echo '--racecheck-report analysis' ;;
-    initcheck) echo '--track-unused-memory no' ;;
+    initcheck) echo '--report-api-errors no' ;;
   esac
 }
 
@@ -72,8 +76,17 @@ sanitize() {
 
 m=models/tiny.yaml
 gpu=(--set run.device=cuda --set run.tokens=256 --set run.steps=2)
+# initcheck does not see what cuBLASLt's Hopper GEMMs write (their tensor-memory-access stores): every read of a GEMM
+# output is reported as uninitialised, in PyTorch as much as here (tools/dev/initcheck_gemm_probe.py shows it on a
+# bare torch matmul). Its default selection is therefore the suites whose kernels read no GEMM output.
+default_bins() {
+  case $1 in
+    initcheck) echo "engine quant" ;;
+    *) echo "engine quant ops graph comm models" ;;
+  esac
+}
 for tool in $tools; do
-  for suite in ${SANITIZE_BINS:-engine quant ops graph comm models}; do
+  for suite in ${SANITIZE_BINS:-$(default_bins "$tool")}; do
     t=$build/tests/$suite/${suite}_tests
     if [ ! -x "$t" ]; then note "$suite: no $t"; continue; fi
     var=FILTER_$suite
@@ -81,6 +94,7 @@ for tool in $tools; do
   done
   # The CLI end to end: two ranks sharing cuda:0 over the local communicator.
   [ "${SANITIZE_RUNS:-1}" = 0 ] && continue
+  [ "$tool" = initcheck ] && [ -z "${SANITIZE_RUNS:-}" ] && continue  # every run reads GEMM outputs (above)
   sanitize run_graph_fp8_block "$tool" "$exe" run $m "${gpu[@]}"
   sanitize run_eager_mxfp8 "$tool" "$exe" run $m "${gpu[@]}" --set run.executor=eager --set precision.recipe=mxfp8
   sanitize run_nvfp4 "$tool" "$exe" run $m "${gpu[@]}" --set precision.recipe=nvfp4
