@@ -16,11 +16,17 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 
 import torch
 import torch.nn.functional as F
 
 H, FFN = 4096, 16384
+
+
+def progress(what, value):
+    """Each figure as it is measured (stderr), so a run cut short by a time limit still reports what it reached."""
+    print(f"  {what}: {value}", file=sys.stderr, flush=True)
 
 
 def time_cuda(fn, warmup=5, reps=20, inner=1):
@@ -54,7 +60,7 @@ class Mlp:
         return F.linear(h, self.w2, self.b2)
 
 
-def torch_side(tokens):
+def torch_side(tokens, backward=True):
     res = {}
     with torch.no_grad():
         m = Mlp(False)
@@ -63,6 +69,7 @@ def torch_side(tokens):
             inner = 10 if t <= 256 else 1
             res[f"fwd_mlponly_T{t}"] = time_cuda(lambda: m(x), inner=inner)
             res[f"fwd_eager_T{t}"] = time_cuda(lambda: x + m(x), inner=inner)
+            progress(f"torch eager T={t} ms", res[f"fwd_eager_T{t}"])
             if t <= 256:
                 g = torch.cuda.CUDAGraph()
                 s = torch.cuda.Stream()
@@ -75,7 +82,7 @@ def torch_side(tokens):
                     x + m(x)
                 res[f"fwd_graph_T{t}"] = time_cuda(g.replay, inner=10)
     m = Mlp(True)
-    for t in (8192,):
+    for t in (8192,) if backward else ():
         x = torch.randn(t, H, device="cuda").bfloat16().requires_grad_(True)
         dy = torch.randn(t, H, device="cuda").bfloat16()
         target = torch.randn(t, H, device="cuda").bfloat16()
@@ -88,7 +95,7 @@ def torch_side(tokens):
     return res
 
 
-def teengine_side(binary, tokens):
+def teengine_side(binary, tokens, backward=True):
     res = {}
     def bench(recipe, t, backward=False, graph=False):
         cmd = [binary, "bench", "block", "--module", "layernorm_mlp", "--tokens", str(t), "--hidden", str(H),
@@ -98,7 +105,9 @@ def teengine_side(binary, tokens):
         if p.returncode not in (0, 1) or not p.stdout.strip():
             print("teengine bench failed:", " ".join(cmd), p.stderr[-2000:])
             return None
-        return json.loads(p.stdout)
+        r = json.loads(p.stdout)
+        progress(f"teengine {recipe}{'+graph' if graph else ''} T={t}{' fwd+bwd' if backward else ''} ms", r["median_ms"])
+        return r
     for recipe in ("none", "fp8_block", "fp8_current"):
         for t in tokens:
             if recipe == "fp8_current" and t > 256:
@@ -106,7 +115,7 @@ def teengine_side(binary, tokens):
             res[f"fwd_{recipe}_T{t}"] = bench(recipe, t)
             if t <= 256:  # small T: the forward replayed as one CUDA graph too (against PyTorch eager and graph)
                 res[f"fwd_{recipe}+graph_T{t}"] = bench(recipe, t, graph=True)
-    for recipe in ("none", "fp8_block"):  # forward + loss + backward, no optimizer (as the PyTorch side)
+    for recipe in ("none", "fp8_block") if backward else ():  # forward + loss + backward, no optimizer (as PyTorch)
         res[f"fwdbwd_{recipe}_T8192"] = bench(recipe, 8192, True)
     return res
 
@@ -116,11 +125,12 @@ def main():
     ap.add_argument("--teengine", required=True)
     ap.add_argument("--json")
     ap.add_argument("--tokens", default="16,64,256,1000,8192")
+    ap.add_argument("--forward-only", action="store_true", help="skip the T=8192 forward + backward comparison")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     torch.backends.cuda.matmul.allow_tf32 = False
-    pt = torch_side(tokens)
-    te = teengine_side(args.teengine, tokens)
+    pt = torch_side(tokens, not args.forward_only)
+    te = teengine_side(args.teengine, tokens, not args.forward_only)
     rows = []
     for key, r in te.items():
         if r is None:
