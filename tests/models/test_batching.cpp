@@ -11,14 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include "common/model_path.h"
 
 namespace {
 using teengine::HostTensor;
 
-std::string batching_tiny() {
-  const char* dir = std::getenv("TE_MODELS_DIR");
-  return std::string(dir ? dir : "models") + "/tiny.yaml";
-}
+std::string batching_tiny() { return te::test::model_path("tiny.yaml"); }
 
 HostTensor batching_request(int64_t tokens, int64_t hidden, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -11,14 +11,12 @@
 #include "common/gpu.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
+#include "common/model_path.h"
 
 namespace {
 using teengine::HostTensor;
 
-std::string device_forward_tiny() {
-  const char* dir = std::getenv("TE_MODELS_DIR");
-  return std::string(dir ? dir : "models") + "/tiny.yaml";
-}
+std::string device_forward_tiny() { return te::test::model_path("tiny.yaml"); }
 
 HostTensor device_forward_wave(int64_t tokens, int64_t hidden, float f) {
   std::vector<float> v(static_cast<size_t>(tokens * hidden));

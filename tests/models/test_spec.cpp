@@ -8,14 +8,10 @@
 
 #include "engine/error.h"
 #include "models/spec.h"
+#include "common/model_path.h"
 
 namespace te {
 namespace {
-
-std::string models_dir() {
-  const char* d = std::getenv("TE_MODELS_DIR");
-  return d ? d : "models";
-}
 
 // A complete spec with comments, as a user would write it.
 const char* kExample = R"(name: tiny
@@ -117,17 +113,17 @@ model: {hidden: 64, norm: rmsnorm,
 TEST(Spec, ShippedModelsParse) {
   for (const char* f : {"tiny.yaml", "sp-fallback.yaml", "h200-mlp.yaml"}) {
     SCOPED_TRACE(f);
-    ModelSpec s = load_spec_file(models_dir() + "/" + f);
+    ModelSpec s = load_spec_file(test::model_path(f));
     EXPECT_FALSE(parameter_specs(s).empty());
   }
-  ModelSpec tiny = load_spec_file(models_dir() + "/tiny.yaml");
+  ModelSpec tiny = load_spec_file(test::model_path("tiny.yaml"));
   EXPECT_EQ(tiny.parallel.tp, 2);
   EXPECT_TRUE(tiny.parallel.sequence_parallel);
   EXPECT_EQ(tiny.precision.recipe, Recipe::fp8_block);
-  ModelSpec sp = load_spec_file(models_dir() + "/sp-fallback.yaml");
+  ModelSpec sp = load_spec_file(test::model_path("sp-fallback.yaml"));
   EXPECT_EQ(sp.parallel.tp, 4);
   EXPECT_NE((sp.run.tokens / sp.parallel.tp) % 128, 0);  // the point of the file
-  ModelSpec big = load_spec_file(models_dir() + "/h200-mlp.yaml");
+  ModelSpec big = load_spec_file(test::model_path("h200-mlp.yaml"));
   EXPECT_EQ(big.model.hidden, 4096);
   EXPECT_EQ(big.model.block[0][0].ffn, 16384);
   EXPECT_EQ(big.run.tokens, 8192);

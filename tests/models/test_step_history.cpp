@@ -7,6 +7,7 @@
 
 #include "engine/log.h"
 #include "models/step_history.h"
+#include "common/model_path.h"
 
 namespace te {
 namespace {
@@ -50,8 +51,7 @@ TEST(StepHistory, HistogramBuckets) {
 }
 
 TEST(EngineMetrics, HistogramAndTotalsInMetricsJson) {
-  const char* dir = std::getenv("TE_MODELS_DIR");
-  auto e = teengine::Engine::from_yaml(std::string(dir ? dir : "models") + "/tiny.yaml",
+  auto e = teengine::Engine::from_yaml(te::test::model_path("tiny.yaml"),
                                        {"run.mode=infer", "precision.recipe=none", "parallel.tp=1"});
   const auto x = teengine::HostTensor::from_floats({8, 256}, std::vector<float>(8 * 256, 0.5f));
   for (int i = 0; i < 3; ++i) e.forward(x);
