@@ -37,7 +37,6 @@ constexpr DTypeName kSafetensorsDTypes[] = {
 // A name as it appears in a message: quoted, control characters escaped, long names cut (engine/printable.h).
 std::string quote(std::string_view s) { return quoted_value(s); }
 
-constexpr const char* kReexport = kSafetensorsReexportHint;
 
 [[noreturn]] void fail(const std::string& label, const std::string& what, const std::string& hint) {
   TE_INPUT_ERROR(printable_path(label) << ": " << what, hint);
@@ -66,17 +65,17 @@ namespace {
 // limit before anything is allocated. `first8` is read only when size >= 8.
 uint64_t checked_header_length(const std::string& where, const uint8_t* first8, uint64_t size) {
   if (size < 8)
-    fail(where, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kReexport);
+    fail(where, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kSafetensorsReexportHint);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | first8[i];
   if (n > kSafetensorsMaxHeaderBytes)
     fail(where, "header length field claims " + std::to_string(n) + " bytes (limit " +
                     std::to_string(kSafetensorsMaxHeaderBytes) + "): not a safetensors file, or corrupt",
-         kReexport);
+         kSafetensorsReexportHint);
   if (n > size - 8)
     fail(where, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
                     " bytes): truncated",
-         kReexport);
+         kSafetensorsReexportHint);
   return n;
 }
 }  // namespace
@@ -137,18 +136,18 @@ void SafetensorsReader::parse_header(std::string_view header, uint64_t data_byte
       fail(L, "tensor " + quote(e->name) + " [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
                   ") overlaps tensor " + quote(prev->name) + " [" + std::to_string(prev->begin) + ", " +
                   std::to_string(prev->end) + ")",
-           kReexport);
+           kSafetensorsReexportHint);
     if (e->begin > pos)
       fail(L, "bytes [" + std::to_string(pos) + ", " + std::to_string(e->begin) +
                   ") of the data section belong to no tensor (a hole before tensor " + quote(e->name) + ")",
-           kReexport);
+           kSafetensorsReexportHint);
     pos = e->end;
     prev = e;
   }
   if (pos != data_bytes)
     fail(L, "the data section has " + std::to_string(data_bytes) + " bytes but the tensors cover only " +
                 std::to_string(pos) + " (trailing bytes belong to no tensor)",
-         kReexport);
+         kSafetensorsReexportHint);
 }
 
 const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
@@ -183,7 +182,7 @@ void SafetensorsReader::read_runs(uint64_t offset, uint64_t n, uint64_t stride, 
   for (uint64_t i = 0; i < count; ++i) {
     f.seekg(static_cast<std::streamoff>(data_start_ + offset + i * stride));
     f.read(out + i * n, static_cast<std::streamsize>(n));
-    if (!f) fail(label_, "read error (was the file truncated while in use?)", kReexport);
+    if (!f) fail(label_, "read error (was the file truncated while in use?)", kSafetensorsReexportHint);
   }
 }
 

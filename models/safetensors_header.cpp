@@ -13,7 +13,6 @@
 namespace te {
 namespace {
 using json = nlohmann::json;
-constexpr const char* kReexport = kSafetensorsReexportHint;
 constexpr uint64_t kMaxDim = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
 // What an open container is to the header.
@@ -103,7 +102,7 @@ class HeaderSax {
   SafetensorsHeader take() { return std::move(out_); }
 
  private:
-  void defer(std::string what, std::string hint = kReexport) {
+  void defer(std::string what, std::string hint = kSafetensorsReexportHint) {
     if (!error_) error_.emplace(std::move(what), std::move(hint));
   }
   std::string tensor() const { return "tensor " + quoted_value(entry_.name); }
@@ -278,11 +277,11 @@ bool HeaderSax::parse_error(std::size_t, const std::string&, const nlohmann::det
                      "safetensors names must be UTF-8: re-export the file with valid names");
     TE_INPUT_ERROR(
         L << ": the header is not valid JSON (byte " << p->byte << " of the header): " << printable(why, 300),
-        kReexport);
+        kSafetensorsReexportHint);
   }
   // Syntactically JSON but unrepresentable, e.g. a number past the double range (found by fuzz_safetensors:
   // out_of_range.406 on '444444444e4444444444').
-  TE_INPUT_ERROR(L << ": the JSON header cannot be read: " << printable(ex.what(), 300), kReexport);
+  TE_INPUT_ERROR(L << ": the JSON header cannot be read: " << printable(ex.what(), 300), kSafetensorsReexportHint);
 }
 
 }  // namespace
@@ -290,7 +289,7 @@ bool HeaderSax::parse_error(std::size_t, const std::string&, const nlohmann::det
 SafetensorsHeader parse_safetensors_header(std::string_view header, uint64_t data_bytes, const std::string& label) {
   const std::string L = printable_path(label);
   if (header.empty() || header.front() != '{')
-    TE_INPUT_ERROR(L << ": the JSON header does not start with '{'", kReexport);
+    TE_INPUT_ERROR(L << ": the JSON header does not start with '{'", kSafetensorsReexportHint);
   HeaderSax sax(label, data_bytes);
   try {
     json::sax_parse(header.begin(), header.end(), &sax);  // strict: only whitespace may follow the object
@@ -298,7 +297,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view header, uint64_t dat
     if (e.kind == JsonGuardError::Kind::too_deep)
       TE_INPUT_ERROR(L << ": the JSON header nests deeper than " << kSafetensorsMaxDepth
                        << " levels (a tensor entry is {dtype, shape, data_offsets})",
-                     kReexport);
+                     kSafetensorsReexportHint);
     // Duplicate keys are legal JSON but ambiguous: parsers keep either one silently.
     TE_INPUT_ERROR(
         L << ": " << (e.depth == 1 ? "tensor " : "key ") << quoted_value(e.key) << " appears twice in the header",
