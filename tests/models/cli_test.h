@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/model_path.h"
+
 namespace te {
 
 struct Result {
@@ -35,6 +37,8 @@ class CliTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // The spec every CLI fixture runs: models/tiny.yaml.
+  static std::string model() { return te::test::model_path("tiny.yaml"); }
   // `env`: variable assignments for this run only, e.g. "TEENGINE_LOG=debug".
   Result run(const std::string& args, const std::string& env = "") {
     const std::filesystem::path out = dir_ / "stdout", err = dir_ / "stderr";

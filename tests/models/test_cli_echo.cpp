@@ -11,7 +11,6 @@ namespace {
 
 class EchoCli : public CliTest {
  protected:
-  std::string model() const { return std::string(std::getenv("TE_MODELS_DIR")) + "/tiny.yaml"; }
   std::string fast() const { return " --set run.tokens=64 --set run.device=cpu "; }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   static bool has_raw_controls(const std::string& s) {

@@ -28,7 +28,7 @@ class LaunchCli : public CliTest {
     CliTest::SetUp();
     if (!built_with_gloo()) GTEST_SKIP() << "this build has no Gloo";
   }
-  static std::string model(const std::string& name) { return std::string(std::getenv("TE_MODELS_DIR")) + "/" + name; }
+  static std::string model(const std::string& name) { return te::test::model_path(name); }
   std::string launch(int n) { return "launch -n " + std::to_string(n) + " --master-port " + std::to_string(test::free_port()) + " -- teengine "; }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   static bool same_bytes(const std::string& a, const std::string& b) {

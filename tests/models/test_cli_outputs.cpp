@@ -16,7 +16,6 @@ namespace fs = std::filesystem;
 
 class OutputsCli : public CliTest {
  protected:
-  std::string model() const { return std::string(std::getenv("TE_MODELS_DIR")) + "/tiny.yaml"; }
   std::string fast() const { return " --set run.tokens=64 --set run.device=cpu --set run.steps=1 "; }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   // Files in the test directory other than stdout/stderr captures: temporary files must not survive.

@@ -13,7 +13,6 @@ namespace {
 
 class RunCli : public CliTest {
  protected:
-  std::string model() const { return std::string(std::getenv("TE_MODELS_DIR")) + "/tiny.yaml"; }
   std::string fast() const { return " --set run.tokens=64 --set run.device=cpu "; }
 };
 
