@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "models/rank_group.h"
 #include "models/train_graph.h"
+#include "training_util.h"
 
 namespace te {
 namespace {
@@ -129,6 +130,60 @@ INSTANTIATE_TEST_SUITE_P(Recipes, TrainGraphCpu,
 
 TEST(TrainGraph, SgdMomentumEqualsEager) {
   for (const char* recipe : {"none", "fp8_block"}) check_train_graph_equals_eager(recipe, {2, true, 64}, "sgd");
+}
+
+// A non-finite loss: the graph step skips its backward and optimizer as the eager step does (gradients zeroed,
+// weights and optimizer state those of the last good step), and the next good step matches again.
+TEST(TrainGraph, NonFiniteLossSkipsTheUpdateAsEager) {
+  const TrainLayout l{2, true, 64};
+  TrainRanks graph(train_graph_model("fp8_current", l, "adamw")), eager(train_graph_model("fp8_current", l, "adamw"));
+  std::vector<float> bad = train_graph_input(l.tokens, 7).to_f32_vector();
+  bad[5] = std::nanf("");
+  const Tensor bad_target = Tensor::from_f32(bad, {l.tokens, 128}, DType::bf16);
+  int64_t step = 0;
+  for (bool finite : {true, false, true}) {
+    ++step;
+    const Tensor x = train_graph_input(l.tokens, 30 + static_cast<uint64_t>(step));
+    const Tensor t = finite ? train_graph_input(l.tokens, 40 + static_cast<uint64_t>(step)) : bad_target;
+    const float lg = graph.step(x, t, step, true), le = eager.step(x, t, step, false);
+    EXPECT_EQ(std::isfinite(lg), finite);
+    EXPECT_EQ(std::isfinite(le), finite);
+    if (finite) EXPECT_EQ(std::memcmp(&lg, &le, sizeof lg), 0) << "step " << step;
+    EXPECT_TRUE(rank_bytes(graph, [](const RankParam& p) { return p.master; }) ==
+                rank_bytes(eager, [](const RankParam& p) { return p.master; }))
+        << "step " << step;
+    EXPECT_TRUE(rank_bytes(graph, [](const RankParam& p) { return p.grad; }) ==
+                rank_bytes(eager, [](const RankParam& p) { return p.grad; }))
+        << "step " << step;
+  }
+}
+
+// Through the public API: run.executor: graph in train mode trains with the graph step, with the losses and the saved
+// weights of the default (eager) step, also across a change of token count (a new plan) and an eval in between.
+TEST(TrainGraph, EngineWithGraphExecutorTrainsAsTheEagerEngine) {
+  using namespace training_test;
+  for (const std::string recipe : {"fp8_block", "nvfp4"}) {
+    SCOPED_TRACE(recipe);
+    auto graph = teengine::Engine::from_yaml_string(spec_yaml(recipe, 2, "adamw"), {"run.executor=graph"});
+    auto eager = teengine::Engine::from_yaml_string(spec_yaml(recipe, 2, "adamw"));
+    const Batches d;
+    const std::vector<float> lg = train_steps(graph, d, 1, 3, true), le = train_steps(eager, d, 1, 3, true);
+    ASSERT_EQ(lg.size(), le.size());
+    EXPECT_EQ(0, std::memcmp(lg.data(), le.data(), lg.size() * sizeof(float)));
+    // 16 tokens: another plan for the graph engine.
+    teengine::HostTensor x16 = d.x[0], y16 = d.y[0];
+    x16.shape[0] = y16.shape[0] = 16;
+    x16.bytes.resize(x16.bytes.size() / 2);
+    y16.bytes.resize(y16.bytes.size() / 2);
+    const float g16 = graph.train_step(x16, y16), e16 = eager.train_step(x16, y16);
+    EXPECT_EQ(0, std::memcmp(&g16, &e16, sizeof g16));
+    const std::string wg = scratch_path("graph_" + recipe + ".st"), we = scratch_path("eager_" + recipe + ".st");
+    graph.save_weights(wg);
+    eager.save_weights(we);
+    expect_same_tensors(wg, we);
+    std::filesystem::remove(wg);
+    std::filesystem::remove(we);
+  }
 }
 
 }  // namespace
