@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "models/rank_group.h"
 #include "models/train_graph.h"
+#include "tests/common/gpu.h"
 #include "training_util.h"
 
 namespace te {
@@ -41,7 +42,8 @@ std::string train_graph_model(const std::string& recipe, const TrainLayout& l, c
 struct TrainRanks : RankGroup {
   std::vector<std::unique_ptr<TrainGraph>> graphs;
 
-  explicit TrainRanks(const std::string& yaml) : RankGroup(parse_spec(yaml, "<train graph test>"), Device::cpu()) {
+  explicit TrainRanks(const std::string& yaml, Device device = Device::cpu())
+      : RankGroup(parse_spec(yaml, "<train graph test>"), device) {
     graphs.resize(static_cast<size_t>(world()));
   }
 
@@ -54,9 +56,9 @@ struct TrainRanks : RankGroup {
     std::vector<float> loss(static_cast<size_t>(w));
     run_ranks(comms, [&](Communicator& c) {
       const int r = c.rank();
-      const Tensor xr = x.narrow(0, sp ? r * n : 0, n).contiguous();
-      const Tensor tr = target.narrow(0, sp ? r * n : 0, n).contiguous();
       RankModel& m = *models[static_cast<size_t>(r)];
+      const Tensor xr = x.narrow(0, sp ? r * n : 0, n).contiguous().to(m.ctx().device, m.ctx().stream);
+      const Tensor tr = target.narrow(0, sp ? r * n : 0, n).contiguous().to(m.ctx().device, m.ctx().stream);
       if (!graph) {
         loss[static_cast<size_t>(r)] = m.train_step(xr, tr, step, 1e-2);
         return;
@@ -88,10 +90,12 @@ std::vector<uint8_t> rank_bytes(RankGroup& g, const std::function<Tensor(const R
   return out;
 }
 
-void check_train_graph_equals_eager(const std::string& recipe, const TrainLayout& l, const std::string& optimizer) {
+void check_train_graph_equals_eager(const std::string& recipe, const TrainLayout& l, const std::string& optimizer,
+                                    Device device = Device::cpu()) {
   SCOPED_TRACE(recipe + " tp " + std::to_string(l.tp) + (l.sp ? " sp" : "") + " T " + std::to_string(l.tokens) +
                " " + optimizer);
-  TrainRanks graph(train_graph_model(recipe, l, optimizer)), eager(train_graph_model(recipe, l, optimizer));
+  TrainRanks graph(train_graph_model(recipe, l, optimizer), device),
+      eager(train_graph_model(recipe, l, optimizer), device);
   for (int64_t s = 1; s <= 3; ++s) {
     const Tensor x = train_graph_input(l.tokens, 10 + static_cast<uint64_t>(s));
     const Tensor target = train_graph_input(l.tokens, 20 + static_cast<uint64_t>(s));
@@ -110,7 +114,7 @@ void check_train_graph_equals_eager(const std::string& recipe, const TrainLayout
               rank_bytes(eager, [](const RankParam& p) { return p.state1; }))
       << "the optimizer state differs";
   // The masters moved: a step that did nothing would also compare equal.
-  TrainRanks fresh(train_graph_model(recipe, l, optimizer));
+  TrainRanks fresh(train_graph_model(recipe, l, optimizer), device);
   EXPECT_FALSE(rank_bytes(graph, [](const RankParam& p) { return p.master; }) ==
                rank_bytes(fresh, [](const RankParam& p) { return p.master; }));
 }
@@ -126,6 +130,17 @@ TEST_P(TrainGraphCpu, EqualsEagerStepByteForByte) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, TrainGraphCpu,
+                         ::testing::Values("none", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "nvfp4"));
+
+// On a GPU the graph's comm nodes run on their own stream, ordered by the planned events.
+class TrainGraphGpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainGraphGpu, EqualsEagerStepByteForByte) {
+  TE_REQUIRE_GPU();
+  for (const TrainLayout& l : kTrainLayouts) check_train_graph_equals_eager(GetParam(), l, "adamw", Device::cuda(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, TrainGraphGpu,
                          ::testing::Values("none", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "nvfp4"));
 
 TEST(TrainGraph, SgdMomentumEqualsEager) {
