@@ -66,7 +66,8 @@ std::string Engine::explain() const {
     const te::TrainGraph* planned = m.train_graphs[0].get();
     std::unique_ptr<te::TrainGraph> fresh;  // planning touches no device memory but the arena
     if (!planned || planned->local_tokens() != local_tokens)
-      planned = (fresh = std::make_unique<te::TrainGraph>(*m.group->models[0], local_tokens, m.spec().model.dtype)).get();
+      planned =
+          (fresh = std::make_unique<te::TrainGraph>(*m.group->models[0], local_tokens, m.spec().model.dtype)).get();
     o << planned->explain();
     arena = planned->plan().arena_bytes;
   } else {

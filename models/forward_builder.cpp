@@ -100,8 +100,10 @@ int ForwardBuilder::linear(ParallelLinear& l, int h) {
     in = b.add1(model_op(ModelOp::norm_quantize), norm_in, quantized, name + ".norm_quantize");
   } else {
     if (l.has_norm()) in = b.add1(model_op(ModelOp::norm), norm_in, base, name + ".norm");
-    if (column && ctx.gathers()) in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
-    else if (quantize_here) in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
+    if (column && ctx.gathers())
+      in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
+    else if (quantize_here)
+      in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
   }
   std::vector<int> gemm_in{in, weight_param(l)};
   if (p.bias) gemm_in.push_back(param(p.bias));

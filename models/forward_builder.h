@@ -23,7 +23,7 @@ struct ForwardBuilder {
   ModelBinding& binding;
   std::vector<std::pair<int, Tensor>>& params;            // (value, tensor) for the caller to bind
   std::vector<std::pair<int, GemmOperand>>& held_params;  // (value, quantized weight) the binding holds
-  bool training = false;  // params are the f32 masters, requiring gradients
+  bool training = false;                                  // params are the f32 masters, requiring gradients
 
   // Every layer and branch of `model` on `x`: the output value.
   int model(RankModel& model, int x);

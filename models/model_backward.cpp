@@ -46,11 +46,11 @@ int quantized_grad(BackwardBuilder& bb, int dy) {
 void bias_and_weight_grads(BackwardBuilder& bb, int dy_local, int dq, int x_col) {
   const Node& n = bb.node();
   if (n.inputs.size() == 3 && bb.needs_grad(2))
-    bb.set_grad_input(2, bb.add1(train_op(TrainOp::bias_grad), {dy_local, bb.input(2)}, backward_attrs(n),
-                                 n.name + ".bias_grad"));
+    bb.set_grad_input(
+        2, bb.add1(train_op(TrainOp::bias_grad), {dy_local, bb.input(2)}, backward_attrs(n), n.name + ".bias_grad"));
   if (bb.needs_grad(1))
-    bb.set_grad_input(1, bb.add1(train_op(TrainOp::wgrad), {dq, x_col, bb.input(1)}, backward_attrs(n),
-                                 n.name + ".wgrad"));
+    bb.set_grad_input(
+        1, bb.add1(train_op(TrainOp::wgrad), {dq, x_col, bb.input(1)}, backward_attrs(n), n.name + ".wgrad"));
 }
 
 // The GEMM input's column-wise copy for wgrad, from what produced the forward input `in` (a quantize, a gather or
@@ -78,9 +78,8 @@ void backward_norm(BackwardBuilder& bb) {
   const bool layernorm = n.inputs.size() == 3;
   std::vector<int> in{bb.grad_output(0), bb.input(0), bb.input(1)};
   if (layernorm) in.push_back(bb.input(2));
-  const std::vector<int> out =
-      bb.add(train_op(layernorm ? TrainOp::layernorm_backward : TrainOp::rmsnorm_backward), std::move(in),
-             backward_attrs(n), n.name + "_backward");
+  const std::vector<int> out = bb.add(train_op(layernorm ? TrainOp::layernorm_backward : TrainOp::rmsnorm_backward),
+                                      std::move(in), backward_attrs(n), n.name + "_backward");
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (bb.needs_grad(static_cast<int>(i))) bb.set_grad_input(static_cast<int>(i), out[i]);
 }

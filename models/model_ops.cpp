@@ -3,8 +3,8 @@
 #include <any>
 
 #include "engine/error.h"
-#include "ops/act/act.h"
 #include "models/model_kernel_call.h"
+#include "ops/act/act.h"
 #include "ops/elementwise/elementwise.h"
 
 namespace te {

@@ -196,8 +196,7 @@ void ParallelLinear::wgrad(const GemmOperand& dy, const GemmOperand& x, RankCont
   wgrad_into_grad(*p_.weight, dy, x, *ctx.gemm, s);
 }
 
-Tensor ParallelLinear::norm_backward(const Tensor& dh, const Tensor& x, Tensor out, RankContext& ctx,
-                                     const Stream& s) {
+Tensor ParallelLinear::norm_backward(const Tensor& dh, const Tensor& x, Tensor out, RankContext& ctx, const Stream& s) {
   Tensor dgamma = Tensor::empty(p_.norm_weight->grad.shape(), DType::f32, ctx.device, s);
   Tensor dbeta = p_.norm_bias ? Tensor::empty(p_.norm_bias->grad.shape(), DType::f32, ctx.device, s) : Tensor();
   if (!out.defined()) out = Tensor::empty(x.shape(), ctx.dtype, ctx.device, s);

@@ -90,9 +90,9 @@ class ParallelLinear {
   // The phases backward() chains. The training graph (models/train_graph.h) runs each as one backward node, so both
   // paths call the same kernels with the same quantizers. Parameter gradients go into RankParam::grad
   // (models/param_grad.h); the per-step saved state (norm statistics, a fused activation's copies) stays here.
-  void bias_backward(const Tensor& dy, RankContext& ctx, const Stream& s);       // bias grad from dy's local rows
-  GemmOperand grad_local(const Tensor& dy, RankContext& ctx, const Stream& s);   // dy quantized both ways, locally
-  GatherResult gather_grad(const Tensor& dy, RankContext& ctx, const Stream& s);  // row, SP: dy [T/W,H] → [T,H]
+  void bias_backward(const Tensor& dy, RankContext& ctx, const Stream& s);          // bias grad from dy's local rows
+  GemmOperand grad_local(const Tensor& dy, RankContext& ctx, const Stream& s);      // dy quantized both ways, locally
+  GatherResult gather_grad(const Tensor& dy, RankContext& ctx, const Stream& s);    // row, SP: dy [T/W,H] → [T,H]
   GatherResult regather_input(const Tensor& h, RankContext& ctx, const Stream& s);  // column, SP: column-wise
   // The GEMM input's column-wise copy for wgrad: a fused activation's saved one, else `x` (or, undefined, the
   // activation the fused pass kept) quantized column-wise.

@@ -141,9 +141,7 @@ struct RunSpec {
   RunMode mode = RunMode::infer;
   ForwardExecutor executor = ForwardExecutor::graph;
   bool executor_set = false;  // the spec (or --set) named run.executor: graph training is opt-in
-  bool trains_as_graph() const {
-    return mode == RunMode::train && executor == ForwardExecutor::graph && executor_set;
-  }
+  bool trains_as_graph() const { return mode == RunMode::train && executor == ForwardExecutor::graph && executor_set; }
   // Inference on a GPU at tp 1: each token count's forward is captured as a CUDA graph once, then replayed (no
   // launch gaps). Ignored, with a warning, where the run lands on the CPU.
   bool cuda_graph = false;

@@ -43,8 +43,7 @@ void TrainGraph::build(DType target_dtype) {
   input_ = fb.b.input("x", xt);
   target_ = fb.b.input("target", tt);
   const int out = fb.model(model_, input_);
-  const std::vector<int> loss =
-      fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}}, "loss");
+  const std::vector<int> loss = fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}}, "loss");
   BackwardOptions bo;
   bo.accumulate = &model_op(ModelOp::residual_add);
   bo.all_reduce = &train_op(TrainOp::sum_all_reduce);

@@ -94,8 +94,8 @@ std::vector<ValueType> infer_dgrad(const Node& n, const std::vector<ValueType>& 
 std::vector<ValueType> infer_wgrad(const Node&, const std::vector<ValueType>& in) { return {in[2]}; }
 
 std::vector<ValueType> infer_mse_loss(const Node& n, const std::vector<ValueType>& in) {
-  TE_CHECK(in[0].shape == in[1].shape, "node '" << n.name << "': output " << in[0].str() << " and target "
-                                                << in[1].str() << " differ in shape");
+  TE_CHECK(in[0].shape == in[1].shape,
+           "node '" << n.name << "': output " << in[0].str() << " and target " << in[1].str() << " differ in shape");
   ValueType sum;
   sum.shape = {1};
   sum.dtype = DType::f32;
@@ -173,8 +173,8 @@ void run_mse_loss(KernelCall& c) {
   const Tensor out = model_ops::tensor_input(c, 0);
   const double n = b.model->loss_elements(out);
   // One pass: Σ (out − target)² and its gradient (2/n)(out − target).
-  SquaredError se = squared_error(out, model_ops::tensor_input(c, 1), static_cast<float>(2.0 / n), b.ctx->dtype,
-                                  c.stream);
+  SquaredError se =
+      squared_error(out, model_ops::tensor_input(c, 1), static_cast<float>(2.0 / n), b.ctx->dtype, c.stream);
   model_ops::hold_output(c, 0, GemmOperand(se.sum));
   model_ops::hold_output(c, 1, GemmOperand(se.grad));
 }
@@ -191,8 +191,9 @@ void backward_mse_loss(BackwardBuilder& bb) {
 
 void run_sum_all_reduce(KernelCall& c) {
   if (model_ops::backward_skipped(c)) return;
-  TE_CHECK(!c.inputs[0].defined(), "node '" << c.node.name << "': reduces in place, so its input must be held by "
-                                                "the binding, not an arena buffer");
+  TE_CHECK(!c.inputs[0].defined(), "node '" << c.node.name
+                                            << "': reduces in place, so its input must be held by "
+                                               "the binding, not an arena buffer");
   Tensor t = model_ops::tensor_input(c, 0);
   RankContext& ctx = train_ctx(c);
   all_reduce(t, *ctx.comm, ReduceOp::sum, false, c.stream).wait();

@@ -42,8 +42,22 @@ void run_loss_gate(KernelCall& c);
 void run_optimizer(KernelCall& c);
 }  // namespace train_ops
 
-enum class TrainOp { layernorm_backward, rmsnorm_backward, bias_grad, grad_quantize, grad_gather, regather,
-                     wgrad_input, dgrad, wgrad, act_backward, mse_loss, sum_all_reduce, loss_gate, optimizer };
+enum class TrainOp {
+  layernorm_backward,
+  rmsnorm_backward,
+  bias_grad,
+  grad_quantize,
+  grad_gather,
+  regather,
+  wgrad_input,
+  dgrad,
+  wgrad,
+  act_backward,
+  mse_loss,
+  sum_all_reduce,
+  loss_gate,
+  optimizer
+};
 
 // Inputs → outputs:
 //   layernorm_backward (dh, x, gamma, beta) → (dx, dgamma, dbeta); rmsnorm_backward (dh, x, gamma) → (dx, dgamma)

@@ -140,8 +140,7 @@ TEST_F(RunCli, ExplainPrintsTheTrainingPlan) {
                            "'layers.1.mlp.fc2.reduce_scatter_backward.grad_gather' (grad_gather) [backward]",
                            "'layers.0.qkv.regather' (regather) [backward]", "(layernorm_backward) [backward]",
                            "(wgrad) [backward]", "(dgrad) [backward]", "'optimizer' (optimizer)",
-                           "gather columnwise: fallback", "gather rowwise: quantized", "memory: arena",
-                           "activations"})
+                           "gather columnwise: fallback", "gather rowwise: quantized", "memory: arena", "activations"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   // Backward gathers and reduce-scatters are planned on the comm stream.
   for (const char* want : {"comm    node", "'layers.0.qkv.gather_backward.reduce_scatter' (reduce) [backward]"})

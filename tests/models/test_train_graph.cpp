@@ -33,10 +33,14 @@ std::string train_graph_model(const std::string& recipe, const TrainLayout& l, c
          "  block:\n"
          "    - [ {layernorm_linear: {name: qkv, out: 256}}, {linear: {name: proj, out: 128}} ]\n"
          "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-         "parallel: {tp: " + std::to_string(l.tp) + ", sequence_parallel: " + (l.sp ? "true" : "false") +
+         "parallel: {tp: " +
+         std::to_string(l.tp) + ", sequence_parallel: " + (l.sp ? "true" : "false") +
          ", comm: local}\n"
-         "precision: {recipe: " + recipe + (recipe == "fp8_delayed" ? ", amax_history_len: 4" : "") + "}\n"
-         "run: {mode: train, tokens: " + std::to_string(l.tokens) + ", seed: 11, optimizer: " + opt + "}\n";
+         "precision: {recipe: " +
+         recipe + (recipe == "fp8_delayed" ? ", amax_history_len: 4" : "") +
+         "}\n"
+         "run: {mode: train, tokens: " +
+         std::to_string(l.tokens) + ", seed: 11, optimizer: " + opt + "}\n";
 }
 
 struct TrainRanks : RankGroup {
@@ -92,8 +96,8 @@ std::vector<uint8_t> rank_bytes(RankGroup& g, const std::function<Tensor(const R
 
 void check_train_graph_equals_eager(const std::string& recipe, const TrainLayout& l, const std::string& optimizer,
                                     Device device = Device::cpu()) {
-  SCOPED_TRACE(recipe + " tp " + std::to_string(l.tp) + (l.sp ? " sp" : "") + " T " + std::to_string(l.tokens) +
-               " " + optimizer);
+  SCOPED_TRACE(recipe + " tp " + std::to_string(l.tp) + (l.sp ? " sp" : "") + " T " + std::to_string(l.tokens) + " " +
+               optimizer);
   TrainRanks graph(train_graph_model(recipe, l, optimizer), device),
       eager(train_graph_model(recipe, l, optimizer), device);
   for (int64_t s = 1; s <= 3; ++s) {
