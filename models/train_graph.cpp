@@ -7,6 +7,25 @@
 #include "models/train_ops.h"
 
 namespace te {
+namespace {
+
+// By node id: the values held by the binding (not step outputs) whose last reader in plan order it is — or whose
+// producer it is, when nothing reads them.
+std::vector<std::vector<int>> last_readers(const Graph& g, const Plan& plan) {
+  std::vector<int> pos(static_cast<size_t>(g.num_nodes()));
+  for (size_t s = 0; s < plan.steps.size(); ++s) pos[static_cast<size_t>(plan.steps[s].node)] = static_cast<int>(s);
+  std::vector<std::vector<int>> after(static_cast<size_t>(g.num_nodes()));
+  for (const Value& v : g.values()) {
+    if (!plan.buffers[static_cast<size_t>(v.id)].held_by_binding || v.is_output || v.producer < 0) continue;
+    int last = v.producer;
+    for (int c : v.consumers)
+      if (pos[static_cast<size_t>(c)] > pos[static_cast<size_t>(last)]) last = c;
+    after[static_cast<size_t>(last)].push_back(v.id);
+  }
+  return after;
+}
+
+}  // namespace
 
 TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype)
     : model_(model), local_tokens_(local_tokens) {
@@ -29,6 +48,15 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
   eo.env.rank = ctx.rank();
   eo.env.world_size = ctx.world();
   eo.env.binding = &binding_;
+  if (!ctx.device.is_cuda()) {
+    // On the CPU a held value goes back to the allocator right after its last reader ran, as the eager step frees
+    // each saved or gathered tensor after its last use. (On a GPU the comm stream may have made it and the
+    // compute stream still be reading it: the values stay held to the end of the step, as the inference graph's.)
+    release_after_ = last_readers(graph_, plan);
+    eo.env.after_node = [this](int node, const Stream&) {
+      for (int v : release_after_[static_cast<size_t>(node)]) binding_.held[static_cast<size_t>(v)].reset();
+    };
+  }
   exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
   for (const auto& [v, t] : params_) exec_->bind(v, t);
 }

@@ -48,6 +48,7 @@ class TrainGraph {
   ModelBinding binding_;
   int input_ = -1, target_ = -1;
   std::vector<std::pair<int, Tensor>> params_;  // (value, master) bound once
+  std::vector<std::vector<int>> release_after_;  // by node id: held values it was the last reader of (CPU)
   std::unique_ptr<Executor> exec_;
 };
 
