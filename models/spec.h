@@ -133,7 +133,7 @@ struct OptimizerSpec {
 // How inference forwards run: planned and executed as a graph (compute and comm streams, one arena), or eagerly
 // layer by layer (the reference the graph is tested against). Training steps run as a graph (forward, autograd
 // backward and optimizer in one plan, models/train_graph.h) only when the spec names `run.executor: graph`;
-// otherwise eagerly.
+// otherwise eagerly, until the graph step has been checked against the eager one on a GPU.
 enum class ForwardExecutor : uint8_t { graph, eager };
 std::string_view executor_name(ForwardExecutor v);
 
