@@ -23,11 +23,12 @@ struct AutogradPass {
 
   void accumulate(int value, int gv, const Node& by) {
     // Shape, dtype and device must match. Sharding is not compared: the gradient of a value is sharded like the
-    // value by definition, and a local GEMM's inference cannot know which operand was the split one.
+    // value by definition, and a local GEMM's inference cannot know which operand was the split one. Nor is the
+    // quantized format: a quantized value's gradient is carried in its original dtype, and a gradient may travel
+    // quantized (a gathered output gradient) to the GEMMs that read it.
     const ValueType& want = g().value(value).type;
     const ValueType& got = g().value(gv).type;
-    TE_CHECK_HINT(got.shape == want.shape && got.dtype == want.dtype && got.device == want.device &&
-                      got.quant == want.quant,
+    TE_CHECK_HINT(got.shape == want.shape && got.dtype == want.dtype && got.device == want.device,
                   "backward of " << g().node_label(by.id) << ": gradient " << g().value_label(gv) << " for "
                                  << g().value_label(value) << " has another type",
                   "a gradient has its value's shape, dtype and device");
@@ -46,6 +47,14 @@ int BackwardBuilder::output(int i) {
   int v = fwd_.outputs.at(static_cast<size_t>(i));
   pass_.saved[static_cast<size_t>(v)] = 1;
   return v;
+}
+
+int BackwardBuilder::save(int value) {
+  TE_CHECK(value >= 0 && value < static_cast<int>(pass_.saved.size()),
+           "backward of " << b_.graph().node_label(fwd_.id) << ": save(" << value << ") of a value built after the "
+                          << "forward");
+  pass_.saved[static_cast<size_t>(value)] = 1;
+  return value;
 }
 
 const ValueType& BackwardBuilder::input_type(int i) const {

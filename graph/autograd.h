@@ -21,6 +21,8 @@ class BackwardBuilder {
   // Forward values, marked saved for backward.
   int input(int i);
   int output(int i);
+  // Another forward value the rule reads (e.g. the high-precision source of a quantized input), marked saved.
+  int save(int value);
   // Types only (reading a type saves nothing).
   const ValueType& input_type(int i) const;
   const ValueType& output_type(int i) const;

@@ -38,6 +38,7 @@ struct Executor::Impl {
     const Node& n = g.node(node_id);
     KernelCall call{n, node_in[static_cast<size_t>(node_id)], node_out[static_cast<size_t>(node_id)], stream, opt.env};
     n.op->run(call);
+    if (opt.env.after_node) opt.env.after_node(node_id, stream);
   }
   // launch() of plan step s, timed when profiling (host clock on the CPU: kernels there finish before returning).
   void launch_step(const Graph& g, size_t s, int node_id, const Stream& stream) {

@@ -32,6 +32,9 @@ struct ExecEnv {
   // The binding's own state (e.g. models/ puts its layers and the values it holds here); kernels std::any_cast it
   // to the type their table expects, so a mismatch is an error, not a bad pointer.
   std::any binding;
+  // Called on the node's lane right after its kernel (CPU modes: after it ran; cuda: after it was enqueued), so a
+  // binding can drop what it holds once that node was the last reader (optional).
+  std::function<void(int node, const Stream& stream)> after_node;
 };
 
 // One kernel invocation. Inputs/outputs are views of caller-bound tensors or of the planned arena, shaped and typed

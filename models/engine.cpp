@@ -213,7 +213,16 @@ float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::I
   std::vector<float> loss(x.rows.size());
   *device_ms = run_timed([&](te::Communicator&, int i) {
     const size_t k = static_cast<size_t>(i);
-    loss[k] = group->models[k]->train_step(x.rows[k], t.rows[k], step, lr);
+    te::RankModel& model = *group->models[k];
+    if (!graph_training()) {
+      loss[k] = model.train_step(x.rows[k], t.rows[k], step, lr);
+      return;
+    }
+    // Planned once per token count (shapes are static in a plan).
+    auto& graph = train_graphs[k];
+    if (!graph || graph->local_tokens() != x.rows[k].size(0))
+      graph = std::make_unique<te::TrainGraph>(model, x.rows[k].size(0), t.rows[k].dtype());
+    loss[k] = graph->train_step(x.rows[k], t.rows[k], step, lr);
   });
   {
     std::lock_guard<std::mutex> lock(metrics_mu);
@@ -261,6 +270,7 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
   te::check_memory_fits(spec, placement);  // before anything is allocated
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
+  impl->train_graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
   impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());
   if (spec.run.cuda_graph && !impl->device().is_cuda())
     TE_LOG(warn, "run.cuda_graph ignored: the model runs on " << impl->device().str() << " (CUDA graphs need a GPU)");
@@ -276,6 +286,7 @@ void Engine::load_weights(const std::string& path) {
     impl_->replays.clear();  // captures of the current models (recaptured lazily for the new ones)
     impl_->group->load(te::shards_for(spec));  // a bad file leaves the engine as it was
     for (auto& g : impl_->graphs) g.reset();
+    for (auto& g : impl_->train_graphs) g.reset();  // they bound the replaced models' masters
   });
 }
 
@@ -304,6 +315,7 @@ std::map<std::string, std::string> Engine::load_checkpoint(const std::string& pa
     std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
     impl_->replays.clear();
     for (auto& g : impl_->graphs) g.reset();
+    for (auto& g : impl_->train_graphs) g.reset();  // they bound the replaced models' masters
     impl_->step = impl_->first_step = std::stoll(md.at("step"));
     return md;
   });

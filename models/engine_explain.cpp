@@ -61,9 +61,19 @@ std::string Engine::explain() const {
       o << g.explain();
       arena = g.plan().arena_bytes;
     }
+  } else if (m.graph_training()) {
+    o << "rank 0 training step plan (" << local_tokens << " local tokens; forward, backward, optimizer):\n";
+    const te::TrainGraph* planned = m.train_graphs[0].get();
+    std::unique_ptr<te::TrainGraph> fresh;  // planning touches no device memory but the arena
+    if (!planned || planned->local_tokens() != local_tokens)
+      planned =
+          (fresh = std::make_unique<te::TrainGraph>(*m.group->models[0], local_tokens, m.spec().model.dtype)).get();
+    o << planned->explain();
+    arena = planned->plan().arena_bytes;
   } else {
-    o << (m.spec().run.mode == te::RunMode::train ? "training steps run eagerly (layer by layer)\n"
-                                                : "inference runs eagerly (run.executor: eager)\n");
+    o << (m.spec().run.mode == te::RunMode::train
+              ? "training steps run eagerly (layer by layer; run.executor: graph plans them)\n"
+              : "inference runs eagerly (run.executor: eager)\n");
   }
   // What rank 0 holds, by kind; communication buffers and eager activations come from the allocator's cache.
   const te::RankModel::Memory mem = m.group->models[0]->memory();

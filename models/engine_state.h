@@ -20,6 +20,7 @@
 #include "models/rank_group.h"
 #include "models/request_batcher.h"
 #include "models/step_history.h"
+#include "models/train_graph.h"
 
 namespace teengine {
 
@@ -52,6 +53,7 @@ inline double ms_since(std::chrono::steady_clock::time_point t0) {
 struct Engine::Impl {
   std::unique_ptr<te::RankGroup> group;  // spec, placement, and per local rank a communicator, context and model
   std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
+  std::vector<std::unique_ptr<te::TrainGraph>> train_graphs;  // training step per local rank (trains_as_graph)
   std::mutex mu;  // the ranks run one call at a time: forward, train_step, stage, to_host, weights, checkpoints
   // The host side of every host-tensor copy (page-locked on a GPU), used under `mu`: stage() and to_host()
   // synchronise before they return, so one buffer serves inputs, targets and outputs in turn.
@@ -88,6 +90,7 @@ struct Engine::Impl {
   bool graph_forward() const {
     return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
   }
+  bool graph_training() const { return spec().run.trains_as_graph(); }
   bool replays_forward() const {
     return spec().run.cuda_graph && graph_forward() && device().is_cuda() && world() == 1 && !group->distributed();
   }

@@ -3,6 +3,7 @@
 #include <any>
 
 #include "engine/error.h"
+#include "models/model_kernel_call.h"
 #include "ops/act/act.h"
 #include "ops/elementwise/elementwise.h"
 
@@ -31,45 +32,6 @@ ValueType maybe_quantized(const Node& n, ValueType t) {
   t.quant = *f;
   t.usages = Usage::rowwise;
   return t;
-}
-
-ModelBinding& binding(const KernelCall& c) {
-  auto* b = std::any_cast<ModelBinding*>(&c.env.binding);
-  TE_CHECK_HINT(b != nullptr && *b != nullptr, "node '" << c.node.name << "': the executor has no ModelBinding",
-                "set ExecEnv::binding to the model graph's ModelBinding*");
-  return **b;
-}
-
-ParallelLinear& linear(const KernelCall& c) {
-  ModelBinding& b = binding(c);
-  const int64_t i = c.node.attr<int64_t>("linear");
-  TE_CHECK(i >= 0 && i < static_cast<int64_t>(b.linears.size()),
-           "node '" << c.node.name << "': linear " << i << " of " << b.linears.size());
-  return *b.linears[static_cast<size_t>(i)];
-}
-
-// Input i: its planned tensor, or the operand the binding holds for it.
-GemmOperand operand(const KernelCall& c, size_t i) {
-  if (c.inputs[i].defined()) return GemmOperand(c.inputs[i]);
-  const auto& held = binding(c).held.at(static_cast<size_t>(c.node.inputs[i]));
-  TE_CHECK(held.has_value(), "node '" << c.node.name << "': input " << i << " was not produced this step");
-  return *held;
-}
-
-Tensor tensor_input(const KernelCall& c, size_t i) {
-  const GemmOperand v = operand(c, i);
-  TE_CHECK(!v.is_quantized(), "node '" << c.node.name << "': input " << i << " must be high precision");
-  return v.tensor();
-}
-
-void hold(const KernelCall& c, GemmOperand v) {
-  binding(c).held.at(static_cast<size_t>(c.node.outputs[0])) = std::move(v);
-}
-
-ActKind act_of(const Node& n) {
-  const auto k = act_kind_from_name(n.attr<std::string>("act"));
-  TE_CHECK(k.has_value(), "node '" << n.name << "': unknown activation '" << n.attr<std::string>("act") << "'");
-  return *k;
 }
 
 }  // namespace
@@ -169,6 +131,7 @@ void run_act_quantize(KernelCall& c) {
 void run_row_gemm(KernelCall& c) { linear(c).row_gemm(operand(c, 0), c.outputs[0], *binding(c).ctx, c.stream); }
 
 void run_reduce(KernelCall& c) {
+  if (backward_skipped(c)) return;  // also the reduce-scatter of a column-parallel input's gradient
   RankContext& ctx = *binding(c).ctx;
   Tensor partial = tensor_input(c, 0);
   // Without SP the reduction is in place: reduce a copy, since the partial's arena bytes are reused after this node.
@@ -181,6 +144,7 @@ void run_reduce(KernelCall& c) {
 }
 
 void run_residual(KernelCall& c) {
+  if (backward_skipped(c)) return;  // also the accumulation of a residual's gradients
   add(tensor_input(c, 0), tensor_input(c, 1), Tensor(), c.outputs[0], c.stream);
 }
 

@@ -18,10 +18,20 @@
 
 namespace te {
 
+class RankModel;
+
 struct ModelBinding {
   RankContext* ctx = nullptr;
   std::vector<ParallelLinear*> linears;          // by the nodes' `linear` attribute
   std::vector<std::optional<GemmOperand>> held;  // by value id: the values the planner left to the binding
+  // Training graph only (models/train_graph.h): the model the step and optimizer nodes act on, this step's
+  // optimizer step and learning rate, and the loss the loss node read. A non-finite loss sets skip_backward: every
+  // backward node is then a no-op and the optimizer node only zeroes the gradients, as the eager step skips them.
+  RankModel* model = nullptr;
+  int64_t step = 0;
+  double lr = 0.0;
+  float loss = 0.0f;
+  bool skip_backward = false;
 };
 
 namespace model_ops {
@@ -43,25 +53,43 @@ void run_act_quantize(KernelCall& c);
 void run_row_gemm(KernelCall& c);
 void run_reduce(KernelCall& c);
 void run_residual(KernelCall& c);
+
+// Backward rules (models/model_backward.cpp), calling the ParallelLinear backward phases the eager step calls.
+void backward_norm(BackwardBuilder& bb);
+void backward_sp_gather(BackwardBuilder& bb);
+void backward_quantize(BackwardBuilder& bb);
+void backward_column_gemm(BackwardBuilder& bb);
+void backward_act(BackwardBuilder& bb);
+void backward_row_gemm(BackwardBuilder& bb);
+void backward_reduce(BackwardBuilder& bb);
+void backward_residual(BackwardBuilder& bb);
 }  // namespace model_ops
 
 enum class ModelOp { norm, norm_quantize, sp_gather, quantize, column_gemm, act, act_quantize, row_gemm, reduce,
                      residual_add };
 
-// Inputs: norm (x, gamma[, beta]); column/row gemm (input, weight[, bias]); the others one value. Backward rules are
-// not bound yet: training steps run eagerly (RankModel::train_step).
+// Inputs: norm (x, gamma[, beta]); column/row gemm (input, weight[, bias]); the others one value. The backward
+// rules append the op kinds of models/train_ops.h. norm_quantize runs only in inference (training keeps the norm
+// output in high precision for the backward re-gather), so it has no backward.
 inline constexpr std::array<OpDef, 10> kModelOps{{
-    {"norm", -1, 1, StreamClass::compute, false, model_ops::infer_norm, nullptr, model_ops::run_norm},
+    {"norm", -1, 1, StreamClass::compute, false, model_ops::infer_norm, model_ops::backward_norm, model_ops::run_norm},
     {"norm_quantize", -1, 1, StreamClass::compute, false, model_ops::infer_quantize, nullptr,
      model_ops::run_norm_quantize},
-    {"sp_gather", 1, 1, StreamClass::comm, true, model_ops::infer_gather, nullptr, model_ops::run_sp_gather},
-    {"quantize", 1, 1, StreamClass::compute, false, model_ops::infer_quantize, nullptr, model_ops::run_quantize},
-    {"column_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, nullptr, model_ops::run_column_gemm},
-    {"act", 1, 1, StreamClass::compute, false, model_ops::infer_act, nullptr, model_ops::run_act},
-    {"act_quantize", 1, 1, StreamClass::compute, false, model_ops::infer_act, nullptr, model_ops::run_act_quantize},
-    {"row_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, nullptr, model_ops::run_row_gemm},
-    {"reduce", 1, 1, StreamClass::comm, false, model_ops::infer_reduce, nullptr, model_ops::run_reduce},
-    {"residual_add", 2, 1, StreamClass::compute, false, model_ops::infer_residual, nullptr, model_ops::run_residual},
+    {"sp_gather", 1, 1, StreamClass::comm, true, model_ops::infer_gather, model_ops::backward_sp_gather,
+     model_ops::run_sp_gather},
+    {"quantize", 1, 1, StreamClass::compute, false, model_ops::infer_quantize, model_ops::backward_quantize,
+     model_ops::run_quantize},
+    {"column_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, model_ops::backward_column_gemm,
+     model_ops::run_column_gemm},
+    {"act", 1, 1, StreamClass::compute, false, model_ops::infer_act, model_ops::backward_act, model_ops::run_act},
+    {"act_quantize", 1, 1, StreamClass::compute, false, model_ops::infer_act, model_ops::backward_act,
+     model_ops::run_act_quantize},
+    {"row_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, model_ops::backward_row_gemm,
+     model_ops::run_row_gemm},
+    {"reduce", 1, 1, StreamClass::comm, false, model_ops::infer_reduce, model_ops::backward_reduce,
+     model_ops::run_reduce},
+    {"residual_add", 2, 1, StreamClass::compute, false, model_ops::infer_residual, model_ops::backward_residual,
+     model_ops::run_residual},
 }};
 
 inline const OpDef& model_op(ModelOp o) { return kModelOps[static_cast<size_t>(o)]; }

@@ -160,31 +160,72 @@ Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, 
   return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
 }
 
+void ParallelLinear::bias_backward(const Tensor& dy, RankContext& ctx, const Stream& s) {
+  if (p_.bias) add_to_grad(*p_.bias, bias_grad(dy, DType::f32, s), s);
+  (void)ctx;
+}
+
+GemmOperand ParallelLinear::grad_local(const Tensor& dy, RankContext& ctx, const Stream& s) {
+  return quantize_local(q_grad_, dy, Usage::both, ctx, s);
+}
+
+GatherResult ParallelLinear::gather_grad(const Tensor& dy, RankContext& ctx, const Stream& s) {
+  return gather_along_first_dim(dy, *ctx.comm, q_grad_ ? &*q_grad_ : nullptr, Usage::both, false, s);
+}
+
+// Local M not a multiple of the block → the fallback gathers the saved high-precision copy: exact either way.
+GatherResult ParallelLinear::regather_input(const Tensor& h, RankContext& ctx, const Stream& s) {
+  return gather_along_first_dim(h, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::columnwise, true, s);
+}
+
+GemmOperand ParallelLinear::input_columnwise(const Tensor& x, RankContext& ctx, const Stream& s) {
+  if (x_col_) return GemmOperand(*x_col_);
+  return quantize_local(q_input_, x.defined() ? x : x_, Usage::columnwise, ctx, s);
+}
+
+Tensor ParallelLinear::dgrad(const GemmOperand& dy, Tensor out, RankContext& ctx, const Stream& s) {
+  GemmOptions opts;
+  opts.out_dtype = ctx.dtype;
+  const GemmOperand w = weight_operand(ctx, s);
+  if (!out.defined()) return gemm(dy, w, GemmRole::dgrad, opts, *ctx.gemm, s);
+  gemm(dy, w, GemmRole::dgrad, out, opts, *ctx.gemm, s);
+  return out;
+}
+
+void ParallelLinear::wgrad(const GemmOperand& dy, const GemmOperand& x, RankContext& ctx, const Stream& s) {
+  wgrad_into_grad(*p_.weight, dy, x, *ctx.gemm, s);
+}
+
+Tensor ParallelLinear::norm_backward(const Tensor& dh, const Tensor& x, Tensor out, RankContext& ctx, const Stream& s) {
+  Tensor dgamma = Tensor::empty(p_.norm_weight->grad.shape(), DType::f32, ctx.device, s);
+  Tensor dbeta = p_.norm_bias ? Tensor::empty(p_.norm_bias->grad.shape(), DType::f32, ctx.device, s) : Tensor();
+  if (!out.defined()) out = Tensor::empty(x.shape(), ctx.dtype, ctx.device, s);
+  te::norm_backward(norm_, dh, x, mean_, rstd_, p_.norm_weight->value, out, dgamma, dbeta, s);
+  add_to_grad(*p_.norm_weight, dgamma, s);
+  if (p_.norm_bias) add_to_grad(*p_.norm_bias, dbeta, s);
+  return out;
+}
+
 Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   TE_CHECK(x_.defined() || x_col_, "backward without a training forward (set run.mode: train)");
-  GemmOptions dgrad_opts;
-  dgrad_opts.out_dtype = ctx.dtype;
-  if (p_.bias) add_to_grad(*p_.bias, bias_grad(dy, DType::f32, ctx.stream), ctx.stream);
+  const Stream& s = ctx.stream;
+  bias_backward(dy, ctx, s);
 
   if (mode_ == ParallelMode::column) {
     // dy [T, N/W] is local to this rank's features: quantize both copies without communication.
-    GemmOperand dy_op = quantize_local(q_grad_, dy, Usage::both, ctx, ctx.stream);
-    // Re-gather the norm output's column-wise copy for wgrad (async: overlaps the dgrad GEMM). Local M not a
-    // multiple of the block → the fallback gathers the saved high-precision copy: exact either way.
+    GemmOperand dy_op = grad_local(dy, ctx, s);
+    // Re-gather the norm output's column-wise copy for wgrad (async: overlaps the dgrad GEMM).
     std::optional<GatherResult> g;
-    if (ctx.gathers())
-      g = gather_along_first_dim(h_, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::columnwise, true,
-                                 ctx.stream);
-    Tensor dx_total =
-        gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm, ctx.stream);
+    if (ctx.gathers()) g = regather_input(h_, ctx, s);
+    Tensor dx_total = dgrad(dy_op, Tensor(), ctx, s);
     Tensor dx;
     ReduceScatterResult rs;
     if (ctx.world() == 1) {
       dx = dx_total;
     } else if (ctx.sequence_parallel) {
-      rs = reduce_scatter_along_first_dim(dx_total, *ctx.comm, true, ctx.stream);  // overlaps the wgrad GEMM
+      rs = reduce_scatter_along_first_dim(dx_total, *ctx.comm, true, s);  // overlaps the wgrad GEMM
     } else {
-      all_reduce(dx_total, *ctx.comm, ReduceOp::sum, false, ctx.stream).wait();
+      all_reduce(dx_total, *ctx.comm, ReduceOp::sum, false, s).wait();
       dx = dx_total;
     }
     GemmOperand h_op = GemmOperand(h_);
@@ -192,9 +233,9 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
       g->work.wait();
       h_op = g->output->quantized ? GemmOperand(g->quantized()) : GemmOperand(g->tensor());
     } else {
-      h_op = quantize_local(q_input_, h_, Usage::columnwise, ctx, ctx.stream);
+      h_op = input_columnwise(h_, ctx, s);
     }
-    wgrad_into_grad(*p_.weight, dy_op, h_op, *ctx.gemm, ctx.stream);  // [N/W, H]
+    wgrad(dy_op, h_op, ctx, s);  // [N/W, H]
     if (ctx.gathers()) {
       rs.work.wait();
       dx = rs.output;
@@ -203,35 +244,26 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
       release_saved();
       return dx;
     }
-    Tensor dgamma = Tensor::empty(p_.norm_weight->grad.shape(), DType::f32, ctx.device, ctx.stream);
-    Tensor dbeta = p_.norm_bias ? Tensor::empty(p_.norm_bias->grad.shape(), DType::f32, ctx.device, ctx.stream)
-                                : Tensor();
-    Tensor dx_in = Tensor::empty(x_.shape(), ctx.dtype, ctx.device, ctx.stream);
-    norm_backward(norm_, dx, x_, mean_, rstd_, p_.norm_weight->value, dx_in, dgamma, dbeta, ctx.stream);
-    add_to_grad(*p_.norm_weight, dgamma, ctx.stream);
-    if (p_.norm_bias) add_to_grad(*p_.norm_bias, dbeta, ctx.stream);
+    Tensor dx_in = norm_backward(dx, x_, Tensor(), ctx, s);
     release_saved();
     return dx_in;
   }
   // Row-parallel: dy [T/W, H] (SP) → gathered [T, H] with both copies (quantized where §4 allows).
   GemmOperand dy_op = GemmOperand(dy);
   if (ctx.gathers()) {
-    GatherResult g =
-        gather_along_first_dim(dy, *ctx.comm, q_grad_ ? &*q_grad_ : nullptr, Usage::both, false, ctx.stream);
+    GatherResult g = gather_grad(dy, ctx, s);
     dy_op = g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
   } else {
-    dy_op = quantize_local(q_grad_, dy, Usage::both, ctx, ctx.stream);
+    dy_op = grad_local(dy, ctx, s);
   }
   // wgrad before dgrad (nothing waits on a collective here): the saved input and its column-wise copy are gone
   // before dgrad allocates dx, the largest tensor of this layer's backward.
   {  // scoped: the operand holds the saved input, which must be gone before dgrad allocates dx
-    const GemmOperand x_op =
-        x_col_ ? GemmOperand(*x_col_) : quantize_local(q_input_, x_, Usage::columnwise, ctx, ctx.stream);
-    wgrad_into_grad(*p_.weight, dy_op, x_op, *ctx.gemm, ctx.stream);  // [H, N/W]
+    const GemmOperand x_op = input_columnwise(x_, ctx, s);
+    wgrad(dy_op, x_op, ctx, s);  // [H, N/W]
     release_saved();
   }
-  return gemm(dy_op, weight_operand(ctx, ctx.stream), GemmRole::dgrad, dgrad_opts, *ctx.gemm,
-              ctx.stream);  // [T, N/W]
+  return dgrad(dy_op, Tensor(), ctx, s);  // [T, N/W]
 }
 
 void ParallelLinear::release_saved() {

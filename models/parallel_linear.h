@@ -14,6 +14,7 @@
 #include <array>
 #include <optional>
 
+#include "comm/gather.h"
 #include "models/rank_context.h"
 #include "ops/act/act.h"
 #include "ops/norm/norm.h"
@@ -71,6 +72,7 @@ class ParallelLinear {
   bool quantizes_input() const { return q_input_.has_value(); }
   Quantizer* input_quantizer() { return q_input_ ? &*q_input_ : nullptr; }
   const Quantizer* input_quantizer() const { return q_input_ ? &*q_input_ : nullptr; }
+  const Quantizer* grad_quantizer() const { return q_grad_ ? &*q_grad_ : nullptr; }
   // Inference with a norm under a quantized recipe and nothing to gather: the norm writes the quantized GEMM input.
   bool fuses_norm_quantize(const RankContext& ctx) const;
   // A quantized recipe, this layer row-parallel: the activation before it writes its quantized input (and, when
@@ -84,6 +86,21 @@ class ParallelLinear {
   Tensor column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);
   Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);  // this rank's partial sum
   Tensor reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s);       // over the group
+
+  // The phases backward() chains. The training graph (models/train_graph.h) runs each as one backward node, so both
+  // paths call the same kernels with the same quantizers. Parameter gradients go into RankParam::grad
+  // (models/param_grad.h); the per-step saved state (norm statistics, a fused activation's copies) stays here.
+  void bias_backward(const Tensor& dy, RankContext& ctx, const Stream& s);          // bias grad from dy's local rows
+  GemmOperand grad_local(const Tensor& dy, RankContext& ctx, const Stream& s);      // dy quantized both ways, locally
+  GatherResult gather_grad(const Tensor& dy, RankContext& ctx, const Stream& s);    // row, SP: dy [T/W,H] → [T,H]
+  GatherResult regather_input(const Tensor& h, RankContext& ctx, const Stream& s);  // column, SP: column-wise
+  // The GEMM input's column-wise copy for wgrad: a fused activation's saved one, else `x` (or, undefined, the
+  // activation the fused pass kept) quantized column-wise.
+  GemmOperand input_columnwise(const Tensor& x, RankContext& ctx, const Stream& s);
+  Tensor dgrad(const GemmOperand& dy, Tensor out, RankContext& ctx, const Stream& s);  // dy · W: this rank's part
+  void wgrad(const GemmOperand& dy, const GemmOperand& x, RankContext& ctx, const Stream& s);  // W.grad (+)= dyᵀ x
+  // Norm backward from the saved statistics: dx into `out` (allocated when undefined), gamma/beta grads added.
+  Tensor norm_backward(const Tensor& dh, const Tensor& x, Tensor out, RankContext& ctx, const Stream& s);
 
  private:
   GemmOperand weight_operand(RankContext& ctx, const Stream& s);  // the cached quantized weight, or the HP weight

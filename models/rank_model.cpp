@@ -161,15 +161,19 @@ float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step,
 }
 
 float RankModel::loss_and_grad(const Tensor& out, const Tensor& target, Tensor* grad) {
-  // loss = Σ (out − target)² / (T·H) over the global tensor; every rank holds T/W (SP) or all T tokens.
-  const int64_t global_tokens = out.size(0) * (ctx_.sequence_parallel ? ctx_.world() : 1);
-  const double n = static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
+  const double n = loss_elements(out);
   // One pass: dy = (2/n)(out − target) and the local Σ (out − target)², kept on the device: one number crosses to
   // the host below.
   SquaredError se = squared_error(out, target, static_cast<float>(2.0 / n), ctx_.dtype, ctx_.stream);
   if (ctx_.gathers()) all_reduce(se.sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
   if (grad) *grad = se.grad;
   return static_cast<float>(se.sum.to_f32_vector(ctx_.stream)[0] / n);
+}
+
+double RankModel::loss_elements(const Tensor& out) const {
+  // loss = Σ (out − target)² / (T·H) over the global tensor; every rank holds T/W (SP) or all T tokens.
+  const int64_t global_tokens = out.size(0) * (ctx_.sequence_parallel ? ctx_.world() : 1);
+  return static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
 }
 
 float RankModel::eval_loss(const Tensor& x, const Tensor& target) {
@@ -215,31 +219,43 @@ float RankModel::eval_loss(const Tensor& x, const Tensor& target) {
 
 float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
   TE_CHECK(ctx_.training, "forward_backward on a model built for inference (set run.mode: train)");
-  begin_grad_step(params_);  // no zero fill: each gradient's first contribution writes it
+  begin_grad_step();  // no zero fill: each gradient's first contribution writes it
   Tensor dy;
   const float loss = loss_and_grad(forward(x), target, &dy);
   if (!std::isfinite(loss)) {
-    finish_grad_step(params_, ctx_.stream);  // no backward: every gradient is 0
+    finish_grad_step(false);  // no backward: every gradient is 0
     return loss;
   }
 
   for (auto li = layers_.rbegin(); li != layers_.rend(); ++li)
     for (auto bi = li->rbegin(); bi != li->rend(); ++bi)
       dy = add(dy, backprop_branch(*bi, dy), Tensor(), ctx_.stream);  // residual: d(x + f(x)) = dy + f'ᵀ dy
-  finish_grad_step(params_, ctx_.stream);
+  finish_grad_step(true);
+  return loss;
+}
+
+void RankModel::begin_grad_step() { te::begin_grad_step(params_); }
+
+void RankModel::finish_grad_step(bool backward_ran) {
+  te::finish_grad_step(params_, ctx_.stream);
+  if (!backward_ran) return;
   for (auto& branches : layers_)
     for (BranchStages& b : branches)
       for (Stage& s : b)
         if (s.linear) s.linear->update_backward_scales(ctx_);
-  return loss;
 }
 
 void RankModel::optimizer_step(int64_t step, double lr) {
+  for (RankParam& p : params_)
+    if (p.grad_all_reduce) all_reduce(p.grad, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
+  apply_optimizer(step, lr);
+}
+
+void RankModel::apply_optimizer(int64_t step, double lr) {
   const OptimizerSpec& o = spec_.run.optimizer;
   std::vector<ParamSlot> slots;
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
-    if (p.grad_all_reduce) all_reduce(p.grad, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
     // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
     if (!p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, ctx_.stream);
     slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});

@@ -64,6 +64,14 @@ class RankModel {
   std::vector<std::vector<BranchStages>>& layers() { return layers_; }  // [layer][branch]
   // Delayed scaling after a forward: every linear folds its step amaxes into the history.
   void update_forward_scales();
+  // The pieces of a training step the training graph (models/train_graph.h) runs as nodes, in the eager order:
+  // mark gradients stale before the backward; after it, zero what got no contribution and (when the backward ran)
+  // fold the gradient amaxes; the optimizer over the (already reduced) gradients.
+  void begin_grad_step();
+  void finish_grad_step(bool backward_ran);
+  void apply_optimizer(int64_t step, double lr);
+  // T·H of the global output whose local rows are `out`: the loss is Σ (out − target)² over it, divided by this.
+  double loss_elements(const Tensor& out) const;
 
  private:
   Tensor forward_layers(const Tensor& x);  // forward() without the delayed-scaling update after it

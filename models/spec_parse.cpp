@@ -331,7 +331,10 @@ std::vector<std::string> read_paths(const Ctx& c, const YAML::Node& n, const std
 void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
   Fields f(c, n, "run", map_keys("run"));
   if (f.has("mode")) r.mode = read_enum(c, f.get("mode"), "run.mode", kRunModes);
-  if (f.has("executor")) r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
+  if (f.has("executor")) {
+    r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
+    r.executor_set = true;
+  }
   if (f.has("cuda_graph")) r.cuda_graph = read_bool(c, f.get("cuda_graph"), "run.cuda_graph");
   if (f.has("device")) {
     r.device = read_string(c, f.get("device"), "run.device");

@@ -128,6 +128,29 @@ TEST_F(RunCli, ExplainPrintsTheForwardPlan) {
   EXPECT_EQ(run("run " + model() + fast() + "--set run.executor=fast").code, 2);
 }
 
+// In train mode with run.executor: graph, --explain prints the training step's plan: the forward, the backward
+// nodes autograd built (on both streams), the backward gathers with their path per usage (32 local tokens: the
+// column-wise blocks of 128 fall back), the optimizer, the arena. Without the key training stays eager.
+TEST_F(RunCli, ExplainPrintsTheTrainingPlan) {
+  Result r = run("run " + model() + fast() + "--set run.mode=train --set run.executor=graph --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"rank 0 training step plan (32 local tokens; forward, backward, optimizer)",
+                           "comm    node 1 'layers.0.qkv.gather' (sp_gather)", "(mse_loss)",
+                           "'layers.1.mlp.fc2.reduce_scatter_backward.grad_gather' (grad_gather) [backward]",
+                           "'layers.0.qkv.regather' (regather) [backward]", "(layernorm_backward) [backward]",
+                           "(wgrad) [backward]", "(dgrad) [backward]", "'optimizer' (optimizer)",
+                           "gather columnwise: fallback", "gather rowwise: quantized", "memory: arena", "activations"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  // Backward gathers and reduce-scatters are planned on the comm stream.
+  for (const char* want : {"comm    node", "'layers.0.qkv.gather_backward.reduce_scatter' (reduce) [backward]"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want;
+  EXPECT_EQ(r.out.find("training steps run eagerly"), std::string::npos) << r.out;
+  Result e = run("run " + model() + fast() + "--set run.mode=train --explain");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("training steps run eagerly"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("training step plan"), std::string::npos) << e.out;
+}
+
 // The sequence-parallel simulation bench on the CPU: validated, and the quantized gather moves the bytes of FP8 data
 // plus one f32 scale per 128 elements: 1.03125 B/element, 0.515625 of a bf16 gather.
 TEST_F(RunCli, BenchSpReportsComputeCommAndGatherBytes) {

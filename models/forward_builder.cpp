@@ -1,0 +1,142 @@
+#include "models/forward_builder.h"
+
+#include <cstring>
+
+#include "comm/gather.h"
+#include "engine/error.h"
+
+namespace te {
+
+std::string linear_name(const ParallelLinear& l) {
+  std::string n = l.params().weight->spec->name;
+  for (const char* suffix : {".weight", "_weight"})
+    if (n.size() > std::strlen(suffix) && n.ends_with(suffix)) return n.substr(0, n.size() - std::strlen(suffix));
+  return n;
+}
+
+GatherPlan plan_model_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
+  ParallelLinear& linear = *b.linears.at(static_cast<size_t>(gather.attr<int64_t>("linear")));
+  const ValueType& in = g.value(gather.inputs[0]).type;
+  const std::string_view op = gather.op->name;
+  // The forward gather moves the input row-wise; the backward re-gather its column-wise copy; the output gradient's
+  // gather both copies, with the gradient quantizer.
+  const Quantizer* q = op == "grad_gather" ? linear.grad_quantizer() : linear.input_quantizer();
+  const Usage u = op == "grad_gather" ? Usage::both : op == "regather" ? Usage::columnwise : Usage::rowwise;
+  GatherPlan p = plan_gather(in.shape, q, q ? u : Usage::none, b.ctx->world());
+  if (!q) p.tensor.reason = TE_STR_("recipe none: the gather moves " << dtype_name(in.dtype));
+  return p;
+}
+
+ValueType ForwardBuilder::type(Shape shape, Sharding sh) const {
+  ValueType t;
+  t.shape = std::move(shape);
+  t.dtype = ctx.dtype;
+  t.device = ctx.device;
+  t.sharding = sh;
+  return t;
+}
+
+int ForwardBuilder::param(const RankParam* p) {
+  const int dim = p->spec->shard_dim;
+  const Sharding sh = ctx.world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
+  if (training) {  // the kernels read the model-dtype or quantized copies; the value is the master being trained
+    ValueType t = type(p->master.shape(), sh);
+    t.dtype = DType::f32;
+    const int id = b.param(p->spec->name, t, true);
+    params.emplace_back(id, p->master);
+    return id;
+  }
+  const int id = b.param(p->spec->name, type(p->value.shape(), sh), false);
+  params.emplace_back(id, p->value);
+  return id;
+}
+
+int ForwardBuilder::weight_param(const ParallelLinear& l) {
+  const QuantizedTensor* q = l.weight_held_quantized();
+  if (!q || training) return param(l.params().weight);
+  const RankParam* p = l.params().weight;
+  const int dim = p->spec->shard_dim;
+  ValueType t = type(q->shape, ctx.world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated());
+  t.quant = q->format;
+  t.usages = q->usages();
+  const int id = b.param(p->spec->name, t, false);
+  held_params.emplace_back(id, GemmOperand(*q));
+  return id;
+}
+
+Attrs ForwardBuilder::attrs(int64_t linear, const ParallelLinear& l, bool quantized) const {
+  Attrs a{{"linear", linear}, {"world", static_cast<int64_t>(ctx.world())}};
+  if (quantized && l.quantizes_input())
+    a.set("format", std::string(quant_format_name(l.input_quantizer()->config().format)));
+  return a;
+}
+
+std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, ParallelLinear* next) {
+  const std::string act_name(act_kind_name(act));
+  if (!(next && next->fuses_activation_quantize()))
+    return {b.add1(model_op(ModelOp::act), {h}, {{"act", act_name}}, next ? linear_name(*next) + ".act" : "act"),
+            false};
+  const int64_t idx = static_cast<int64_t>(binding.linears.size());
+  const int q = b.add1(model_op(ModelOp::act_quantize), {h}, attrs(idx, *next, true).set("act", act_name),
+                       linear_name(*next) + ".act_quantize");
+  return {linear(*next, q), true};
+}
+
+int ForwardBuilder::linear(ParallelLinear& l, int h) {
+  const std::string name = linear_name(l);
+  const ParallelLinear::Params& p = l.params();
+  const int64_t idx = static_cast<int64_t>(binding.linears.size());
+  binding.linears.push_back(&l);
+  const Attrs base = attrs(idx, l, false), quantized = attrs(idx, l, true);
+  std::vector<int> norm_in;
+  if (l.has_norm()) {
+    norm_in = {h, param(p.norm_weight)};
+    if (p.norm_bias) norm_in.push_back(param(p.norm_bias));
+  }
+  const bool quantize_here = l.quantizes_input() && !b.graph().value(h).type.is_quantized();
+  const bool column = l.mode() == ParallelMode::column;
+  int in = h;
+  if (column && l.fuses_norm_quantize(ctx)) {
+    in = b.add1(model_op(ModelOp::norm_quantize), norm_in, quantized, name + ".norm_quantize");
+  } else {
+    if (l.has_norm()) in = b.add1(model_op(ModelOp::norm), norm_in, base, name + ".norm");
+    if (column && ctx.gathers())
+      in = b.add1(model_op(ModelOp::sp_gather), {in}, quantized, name + ".gather");
+    else if (quantize_here)
+      in = b.add1(model_op(ModelOp::quantize), {in}, quantized, name + ".quantize");
+  }
+  std::vector<int> gemm_in{in, weight_param(l)};
+  if (p.bias) gemm_in.push_back(param(p.bias));
+  // The GEMM's and the reduction's backward rules type the quantized output gradient with this.
+  Attrs gemm = base;
+  if (training && l.grad_quantizer())
+    gemm.set("grad_format", std::string(quant_format_name(l.grad_quantizer()->config().format)));
+  if (column) return b.add1(model_op(ModelOp::column_gemm), gemm_in, gemm, name);
+  const int partial = b.add1(model_op(ModelOp::row_gemm), gemm_in, gemm, name);
+  if (ctx.world() == 1) return partial;
+  return b.add1(model_op(ModelOp::reduce), {partial}, gemm.set("sp", ctx.sequence_parallel),
+                name + (ctx.sequence_parallel ? ".reduce_scatter" : ".all_reduce"));
+}
+
+int ForwardBuilder::model(RankModel& m, int x) {
+  for (size_t li = 0; li < m.layers().size(); ++li) {
+    for (size_t bi = 0; bi < m.layers()[li].size(); ++bi) {
+      RankModel::BranchStages& stages = m.layers()[li][bi];
+      int h = x;
+      for (size_t i = 0; i < stages.size(); ++i) {
+        if (stages[i].linear) {
+          h = linear(*stages[i].linear, h);
+          continue;
+        }
+        ParallelLinear* next = i + 1 < stages.size() ? stages[i + 1].linear.get() : nullptr;
+        const auto [out, consumed_next] = activation(*stages[i].act, h, next);
+        h = out;
+        i += consumed_next ? 1 : 0;
+      }
+      x = b.add1(model_op(ModelOp::residual_add), {x, h}, {}, TE_STR_("layers." << li << ".residual" << bi));
+    }
+  }
+  return x;
+}
+
+}  // namespace te

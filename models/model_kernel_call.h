@@ -1,0 +1,60 @@
+// How the model op kernels reach their state: the ModelBinding in ExecEnv::binding, the ParallelLinear a node
+// names, and the operands the binding holds for values the planner left to it (models/model_ops.h). Shared by the
+// forward kernels (model_ops.cpp) and the training ones (train_ops.cpp).
+#pragma once
+#include <any>
+
+#include "engine/error.h"
+#include "graph/op_table.h"
+#include "models/model_ops.h"
+
+namespace te::model_ops {
+
+inline ModelBinding& binding(const KernelCall& c) {
+  auto* b = std::any_cast<ModelBinding*>(&c.env.binding);
+  TE_CHECK_HINT(b != nullptr && *b != nullptr, "node '" << c.node.name << "': the executor has no ModelBinding",
+                "set ExecEnv::binding to the model graph's ModelBinding*");
+  return **b;
+}
+
+inline ParallelLinear& linear(const KernelCall& c) {
+  ModelBinding& b = binding(c);
+  const int64_t i = c.node.attr<int64_t>("linear");
+  TE_CHECK(i >= 0 && i < static_cast<int64_t>(b.linears.size()),
+           "node '" << c.node.name << "': linear " << i << " of " << b.linears.size());
+  return *b.linears[static_cast<size_t>(i)];
+}
+
+// Input i: its planned tensor, or the operand the binding holds for it.
+inline GemmOperand operand(const KernelCall& c, size_t i) {
+  if (c.inputs[i].defined()) return GemmOperand(c.inputs[i]);
+  const auto& held = binding(c).held.at(static_cast<size_t>(c.node.inputs[i]));
+  TE_CHECK(held.has_value(), "node '" << c.node.name << "': input " << i << " was not produced this step");
+  return *held;
+}
+
+inline Tensor tensor_input(const KernelCall& c, size_t i) {
+  const GemmOperand v = operand(c, i);
+  TE_CHECK(!v.is_quantized(), "node '" << c.node.name << "': input " << i << " must be high precision");
+  return v.tensor();
+}
+
+inline void hold(const KernelCall& c, GemmOperand v) {
+  binding(c).held.at(static_cast<size_t>(c.node.outputs[0])) = std::move(v);
+}
+
+// Output i of the node: its value now held by the binding.
+inline void hold_output(const KernelCall& c, size_t i, GemmOperand v) {
+  binding(c).held.at(static_cast<size_t>(c.node.outputs.at(i))) = std::move(v);
+}
+
+inline ActKind act_of(const Node& n) {
+  const auto k = act_kind_from_name(n.attr<std::string>("act"));
+  TE_CHECK(k.has_value(), "node '" << n.name << "': unknown activation '" << n.attr<std::string>("act") << "'");
+  return *k;
+}
+
+// A non-finite loss this step: the backward does nothing (models/model_ops.h ModelBinding::skip_backward).
+inline bool backward_skipped(const KernelCall& c) { return binding(c).skip_backward; }
+
+}  // namespace te::model_ops

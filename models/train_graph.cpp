@@ -1,0 +1,102 @@
+#include "models/train_graph.h"
+
+#include "comm/gather.h"
+#include "engine/error.h"
+#include "graph/autograd.h"
+#include "models/forward_builder.h"
+#include "models/train_ops.h"
+
+namespace te {
+namespace {
+
+// By node id: the values held by the binding (not step outputs) whose last reader in plan order it is — or whose
+// producer it is, when nothing reads them.
+std::vector<std::vector<int>> last_readers(const Graph& g, const Plan& plan) {
+  std::vector<int> pos(static_cast<size_t>(g.num_nodes()));
+  for (size_t s = 0; s < plan.steps.size(); ++s) pos[static_cast<size_t>(plan.steps[s].node)] = static_cast<int>(s);
+  std::vector<std::vector<int>> after(static_cast<size_t>(g.num_nodes()));
+  for (const Value& v : g.values()) {
+    if (!plan.buffers[static_cast<size_t>(v.id)].held_by_binding || v.is_output || v.producer < 0) continue;
+    int last = v.producer;
+    for (int c : v.consumers)
+      if (pos[static_cast<size_t>(c)] > pos[static_cast<size_t>(last)]) last = c;
+    after[static_cast<size_t>(last)].push_back(v.id);
+  }
+  return after;
+}
+
+}  // namespace
+
+TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype)
+    : model_(model), local_tokens_(local_tokens) {
+  RankContext& ctx = model.ctx();
+  TE_CHECK_HINT(ctx.training, "the training graph needs a model that keeps training state",
+                "build the model with run.mode: train");
+  TE_CHECK(local_tokens_ > 0, "the training graph needs at least one local token, got " << local_tokens_);
+  binding_.ctx = &ctx;
+  binding_.model = &model;
+  build(target_dtype);
+  PlanOptions po;
+  po.held_by_binding = train_value_held_by_binding;
+  po.gather_hook = [this](const Graph& g, const Node& n) { return plan_model_gather(g, n, binding_); };
+  Plan plan = plan_graph(graph_, po);
+  binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
+  ExecOptions eo;
+  eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
+  eo.cuda_graph = false;  // collectives and quantizers allocate their outputs, and the loss reaches the host
+  if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;
+  eo.env.rank = ctx.rank();
+  eo.env.world_size = ctx.world();
+  eo.env.binding = &binding_;
+  if (!ctx.device.is_cuda()) {
+    // On the CPU a held value goes back to the allocator right after its last reader ran, as the eager step frees
+    // each saved or gathered tensor after its last use. (On a GPU the comm stream may have made it and the
+    // compute stream still be reading it: the values stay held to the end of the step, as the inference graph's.)
+    release_after_ = last_readers(graph_, plan);
+    eo.env.after_node = [this](int node, const Stream&) {
+      for (int v : release_after_[static_cast<size_t>(node)]) binding_.held[static_cast<size_t>(v)].reset();
+    };
+  }
+  exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
+  for (const auto& [v, t] : params_) exec_->bind(v, t);
+}
+
+void TrainGraph::build(DType target_dtype) {
+  RankContext& ctx = model_.ctx();
+  std::vector<std::pair<int, GemmOperand>> no_held_params;  // training keeps every weight's master
+  ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_, no_held_params, true};
+  const Sharding sh = ctx.gathers() ? Sharding::split(0) : Sharding::replicated();
+  ValueType xt = fb.type({local_tokens_, model_.spec().model.hidden}, sh), tt = xt;
+  tt.dtype = target_dtype;
+  input_ = fb.b.input("x", xt);
+  target_ = fb.b.input("target", tt);
+  const int out = fb.model(model_, input_);
+  const std::vector<int> loss = fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}}, "loss");
+  BackwardOptions bo;
+  bo.accumulate = &model_op(ModelOp::residual_add);
+  bo.all_reduce = &train_op(TrainOp::sum_all_reduce);
+  // Under SP replicated parameters (norms, row-parallel biases) saw this rank's tokens only: sum over the group.
+  bo.group_size = ctx.gathers() ? ctx.world() : 1;
+  const BackwardResult grads = build_backward(graph_, loss[0], bo);
+  std::vector<int> final_grads;
+  for (const auto& [param, grad] : grads.grads) final_grads.push_back(grad);
+  fb.b.add(train_op(TrainOp::optimizer), final_grads, {}, "optimizer");
+}
+
+float TrainGraph::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
+  // Bound each step: the caller's tensors (names the value and the fix on a shape mismatch).
+  exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());
+  exec_->bind(target_, target.is_contiguous() ? target : target.contiguous());
+  binding_.step = step;
+  binding_.lr = lr;
+  binding_.skip_backward = false;
+  model_.begin_grad_step();  // no zero fill: each gradient's first contribution writes it
+  exec_->run();
+  exec_->synchronize();
+  for (auto& v : binding_.held) v.reset();
+  return binding_.loss;
+}
+
+std::string TrainGraph::explain() const { return te::explain(graph_, exec_->plan()); }
+
+}  // namespace te
