@@ -123,7 +123,7 @@ BackwardResult build_backward(Graph& graph, int loss, const BackwardOptions& opt
   if (!pass.opt.accumulate) pass.opt.accumulate = &builtin_op(BuiltinOp::add);
   if (!pass.opt.fill) pass.opt.fill = &builtin_op(BuiltinOp::fill);
   if (!pass.opt.all_reduce) pass.opt.all_reduce = &builtin_op(BuiltinOp::all_reduce);
-  const Value& lv = graph.value(loss);
+  const Value lv = graph.value(loss);  // a copy: the value vector grows below
   TE_CHECK_HINT(lv.role == ValueRole::intermediate, "build_backward: the loss " << graph.value_label(loss)
                                                                                 << " is not computed by the graph",
                 "pass the value produced by the loss node");
@@ -171,7 +171,7 @@ BackwardResult build_backward(Graph& graph, int loss, const BackwardOptions& opt
   pass.set_backward_mode(true, -1);
 
   for (int v = 0; v < num_values; ++v) {
-    const Value& val = graph.value(v);
+    const Value val = graph.value(v);  // a copy: adding the all-reduce below may grow the value vector
     if (val.role == ValueRole::intermediate || !val.requires_grad || pass.grad[static_cast<size_t>(v)] < 0) continue;
     int gv = pass.grad[static_cast<size_t>(v)];
     // Replicated parameters see a different slice of the tokens on every rank (sequence parallelism): their

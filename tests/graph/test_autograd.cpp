@@ -132,6 +132,36 @@ TEST(Autograd, OpWithoutBackwardIsNamed) {
   }
 }
 
+// Many replicated parameters: each all-reduce added grows the graph's value vector while the gradient's name is
+// being set, so the names must come from a copy of the parameter's value, not a reference into that vector. The
+// parameter counts cover a reallocation inside the all-reduce loop.
+TEST(Autograd, ReplicatedGradientNamesSurviveTheGraphGrowing) {
+  for (int n = 8; n <= 64; ++n) {
+    Graph g2;
+    GraphBuilder b2(g2);
+    int h = b2.input("x", vt({4, 3}));
+    std::vector<std::pair<int, std::string>> params;
+    for (int i = 0; i < n; ++i) {
+      std::string name = "layers." + std::to_string(i) + ".a_parameter_name_longer_than_any_small_string_buffer";
+      const int p = b2.param(name, vt({4, 3}));  // replicated
+      params.emplace_back(p, name);
+      h = b2.add1(op(Op::mul), {h, p}, {}, "scale" + std::to_string(i));
+    }
+    int l = b2.add1(op(Op::sumsq), {h}, {}, "loss");
+    BackwardOptions bo;
+    bo.accumulate = &op(Op::add);
+    bo.fill = &op(Op::fill);
+    bo.group_size = 2;
+    BackwardResult r = build_backward(g2, l, bo);
+    for (const auto& [p, name] : params) {
+      const int dg = r.grad_of(p);
+      ASSERT_GE(dg, 0) << name;
+      ASSERT_EQ(g2.value(dg).name, bo.grad_prefix + name) << n << " parameters";
+      ASSERT_EQ(g2.node(g2.value(dg).producer).name, "all_reduce " + bo.grad_prefix + name) << n << " parameters";
+    }
+  }
+}
+
 // y = (x * gamma) · W; gamma is replicated (a LayerNorm weight), W split: only gamma's gradient is all-reduced.
 TEST(Autograd, ReplicatedParamGradientsAreAllReduced) {
   Graph g2;
