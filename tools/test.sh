@@ -16,9 +16,10 @@ meson test -C build --print-errorlogs --num-processes "$jobs"
 phase "release build and tests"
 if [ "${1:-}" != "--quick" ]; then
   # Sanitizer builds compile each target as one unity file: half the compile time on CI's 2 cores (test helpers in
-  # anonymous namespaces therefore carry file-specific names).
-  [ -d build-asan ] || meson setup build-asan -Dcuda=disabled -Dbuildtype=debugoptimized --unity on \
-      -Db_sanitize=address,undefined -Db_lundef=false
+  # anonymous namespaces therefore carry file-specific names). -O1 with line tables only (-g1): reports keep their
+  # file:line stacks, and the build is a third shorter than with -O2 -g.
+  [ -d build-asan ] || meson setup build-asan -Dcuda=disabled -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 \
+      --unity on -Db_sanitize=address,undefined -Db_lundef=false
   ninja -C build-asan -j "$jobs"
   # The multi-process parity runs, the dropped-reduction sweep and the server's load-generator run (minutes of model
   # compute) run in the release build only; the Gloo communicator, the store, the launcher's faults and the server's
