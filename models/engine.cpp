@@ -269,8 +269,7 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
   const te::RankPlacement placement = te::place_ranks(spec);
   te::check_memory_fits(spec, placement);  // before anything is allocated
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
-  impl->graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
-  impl->train_graphs.resize(static_cast<size_t>(impl->group->local_ranks()));
+  impl->drop_graphs();
   impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());
   if (spec.run.cuda_graph && !impl->device().is_cuda())
     TE_LOG(warn, "run.cuda_graph ignored: the model runs on " << impl->device().str() << " (CUDA graphs need a GPU)");
@@ -283,10 +282,8 @@ void Engine::load_weights(const std::string& path) {
     te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
     te::ModelSpec spec = impl_->spec();
     spec.weights_path = path;
-    impl_->replays.clear();  // captures of the current models (recaptured lazily for the new ones)
-    impl_->group->load(te::shards_for(spec));  // a bad file leaves the engine as it was
-    for (auto& g : impl_->graphs) g.reset();
-    for (auto& g : impl_->train_graphs) g.reset();  // they bound the replaced models' masters
+    impl_->drop_graphs();  // plans and captures of the current models (made again, lazily, for the new ones)
+    impl_->group->load(te::shards_for(spec));  // a bad file leaves the weights as they were
   });
 }
 
@@ -313,9 +310,7 @@ std::map<std::string, std::string> Engine::load_checkpoint(const std::string& pa
     std::lock_guard<std::mutex> lock(impl_->mu);
     te::set_current_device(impl_->device());
     std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
-    impl_->replays.clear();
-    for (auto& g : impl_->graphs) g.reset();
-    for (auto& g : impl_->train_graphs) g.reset();  // they bound the replaced models' masters
+    impl_->drop_graphs();  // they bound the models' parameters as they were
     impl_->step = impl_->first_step = std::stoll(md.at("step"));
     return md;
   });

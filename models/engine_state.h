@@ -98,6 +98,15 @@ struct Engine::Impl {
   // (the replay's own buffer is overwritten by the next replay).
   te::Tensor replay_forward(const te::Tensor& x);
   int64_t local_tokens(int64_t tokens) const { return tokens / token_multiple(); }
+  // Every plan and capture holds the current models' parameters: after a load they are made again, lazily.
+  void drop_graphs() {
+    replays.clear();
+    const size_t n = static_cast<size_t>(group->local_ranks());
+    graphs.clear();
+    graphs.resize(n);
+    train_graphs.clear();
+    train_graphs.resize(n);
+  }
   // Refuses an input of the wrong shape, no tokens, or (sequence parallelism) a token count not a multiple of tp
   // unless `any_tokens`, from its fields alone: nothing is copied or allocated for a request that cannot run.
   void check_input(const std::vector<int64_t>& shape, bool any_tokens = false) const;

@@ -14,6 +14,19 @@ std::string linear_name(const ParallelLinear& l) {
   return n;
 }
 
+ExecOptions model_exec_options(RankContext& ctx, ModelBinding& binding) {
+  ExecOptions eo;
+  eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
+  // Collectives and quantizers allocate their outputs (and a training step's loss reaches the host): capture would
+  // need a private pool (see models/forward_replay.h).
+  eo.cuda_graph = false;
+  if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;  // inputs are written there; results are read there
+  eo.env.rank = ctx.rank();
+  eo.env.world_size = ctx.world();
+  eo.env.binding = &binding;
+  return eo;
+}
+
 GatherPlan plan_model_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
   ParallelLinear& linear = *b.linears.at(static_cast<size_t>(gather.attr<int64_t>("linear")));
   const ValueType& in = g.value(gather.inputs[0]).type;
@@ -36,9 +49,13 @@ ValueType ForwardBuilder::type(Shape shape, Sharding sh) const {
   return t;
 }
 
-int ForwardBuilder::param(const RankParam* p) {
+Sharding ForwardBuilder::sharding(const RankParam* p) const {
   const int dim = p->spec->shard_dim;
-  const Sharding sh = ctx.world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
+  return ctx.world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated();
+}
+
+int ForwardBuilder::param(const RankParam* p) {
+  const Sharding sh = sharding(p);
   if (training) {  // the kernels read the model-dtype or quantized copies; the value is the master being trained
     ValueType t = type(p->master.shape(), sh);
     t.dtype = DType::f32;
@@ -55,8 +72,7 @@ int ForwardBuilder::weight_param(const ParallelLinear& l) {
   const QuantizedTensor* q = l.weight_held_quantized();
   if (!q || training) return param(l.params().weight);
   const RankParam* p = l.params().weight;
-  const int dim = p->spec->shard_dim;
-  ValueType t = type(q->shape, ctx.world() > 1 && dim >= 0 ? Sharding::split(dim) : Sharding::replicated());
+  ValueType t = type(q->shape, sharding(p));
   t.quant = q->format;
   t.usages = q->usages();
   const int id = b.param(p->spec->name, t, false);

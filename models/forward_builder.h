@@ -12,6 +12,7 @@
 
 #include "comm/gather_plan.h"
 #include "graph/builder.h"
+#include "graph/executor.h"
 #include "models/model_ops.h"
 #include "models/rank_model.h"
 
@@ -30,6 +31,7 @@ struct ForwardBuilder {
   ValueType type(Shape shape, Sharding sh) const;
 
  private:
+  Sharding sharding(const RankParam* p) const;  // split along its shard dim over the group, else replicated
   int param(const RankParam* p);
   int weight_param(const ParallelLinear& l);
   Attrs attrs(int64_t linear, const ParallelLinear& l, bool quantized) const;
@@ -39,6 +41,10 @@ struct ForwardBuilder {
 
 // "layers.0.mlp.fc1_weight" → "layers.0.mlp.fc1"; "layers.0.qkv.weight" → "layers.0.qkv".
 std::string linear_name(const ParallelLinear& l);
+
+// How both model graphs run: `cuda` on the rank's stream on a GPU, `inline_cpu` on the CPU, no capture, the
+// binding in ExecEnv.
+ExecOptions model_exec_options(RankContext& ctx, ModelBinding& binding);
 
 // The planner's gather hook for model graphs: the path each gather node (forward input, backward re-gather of the
 // input's column-wise copy, row-parallel output gradient) takes, from the rule gather_along_first_dim applies

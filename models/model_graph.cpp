@@ -19,15 +19,8 @@ ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions
   po.single_stream = !options.overlap;
   Plan plan = plan_graph(graph_, po);
   binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
-  ExecOptions eo;
-  eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
-  // Collectives and quantizers allocate their outputs: capture would need a private pool (see ForwardReplay).
-  eo.cuda_graph = false;
+  ExecOptions eo = model_exec_options(ctx, binding_);
   eo.profile = options.profile;
-  if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;  // inputs are written there; results are read there
-  eo.env.rank = ctx.rank();
-  eo.env.world_size = ctx.world();
-  eo.env.binding = &binding_;
   exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
   for (const auto& [v, t] : params_) exec_->bind(v, t);
 }

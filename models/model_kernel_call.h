@@ -39,14 +39,12 @@ inline Tensor tensor_input(const KernelCall& c, size_t i) {
   return v.tensor();
 }
 
-inline void hold(const KernelCall& c, GemmOperand v) {
-  binding(c).held.at(static_cast<size_t>(c.node.outputs[0])) = std::move(v);
-}
-
 // Output i of the node: its value now held by the binding.
 inline void hold_output(const KernelCall& c, size_t i, GemmOperand v) {
   binding(c).held.at(static_cast<size_t>(c.node.outputs.at(i))) = std::move(v);
 }
+
+inline void hold(const KernelCall& c, GemmOperand v) { hold_output(c, 0, std::move(v)); }
 
 inline ActKind act_of(const Node& n) {
   const auto k = act_kind_from_name(n.attr<std::string>("act"));

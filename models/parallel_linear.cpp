@@ -87,8 +87,7 @@ Tensor ParallelLinear::norm(const Tensor& x, Tensor out, RankContext& ctx, const
 
 GemmOperand ParallelLinear::gather_input(const Tensor& h, RankContext& ctx, const Stream& s) {
   // [T/W, H] → [T, H]: quantized row-wise where §4 allows (always for 1D), else in the model dtype.
-  GatherResult g = gather_along_first_dim(h, *ctx.comm, input_quantizer(), Usage::rowwise, false, s);
-  return g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
+  return gathered_operand(gather_along_first_dim(h, *ctx.comm, input_quantizer(), Usage::rowwise, false, s));
 }
 
 GemmOperand ParallelLinear::local_input(const Tensor& x, RankContext& ctx, const Stream& s) {
@@ -231,7 +230,7 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
     GemmOperand h_op = GemmOperand(h_);
     if (g) {
       g->work.wait();
-      h_op = g->output->quantized ? GemmOperand(g->quantized()) : GemmOperand(g->tensor());
+      h_op = gathered_operand(*g);
     } else {
       h_op = input_columnwise(h_, ctx, s);
     }
@@ -251,8 +250,7 @@ Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
   // Row-parallel: dy [T/W, H] (SP) → gathered [T, H] with both copies (quantized where §4 allows).
   GemmOperand dy_op = GemmOperand(dy);
   if (ctx.gathers()) {
-    GatherResult g = gather_grad(dy, ctx, s);
-    dy_op = g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
+    dy_op = gathered_operand(gather_grad(dy, ctx, s));
   } else {
     dy_op = grad_local(dy, ctx, s);
   }

@@ -22,6 +22,11 @@
 
 namespace te {
 
+// A finished gather's output as a GEMM reads it: the QuantizedTensor when it travelled quantized, else the tensor.
+inline GemmOperand gathered_operand(const GatherResult& g) {
+  return g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
+}
+
 class ParallelLinear {
  public:
   struct Params {

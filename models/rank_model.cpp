@@ -84,10 +84,7 @@ RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
     layers_.push_back(std::move(branches));
   }
   // Inference under a quantized recipe: the device keeps each weight once, in the form the GEMMs read.
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches)
-      for (Stage& s : b)
-        if (s.linear) s.linear->hold_weight_quantized_only(ctx_);
+  for_each_linear([&](ParallelLinear& l) { l.hold_weight_quantized_only(ctx_); });
 }
 
 RankParam* RankModel::param(const std::string& name) {
@@ -146,10 +143,7 @@ Tensor RankModel::forward_layers(const Tensor& x) {
 }
 
 void RankModel::update_forward_scales() {
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches)
-      for (Stage& s : b)
-        if (s.linear) s.linear->update_forward_scales(ctx_);
+  for_each_linear([&](ParallelLinear& l) { l.update_forward_scales(ctx_); });
 }
 
 float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
@@ -239,10 +233,7 @@ void RankModel::begin_grad_step() { te::begin_grad_step(params_); }
 void RankModel::finish_grad_step(bool backward_ran) {
   te::finish_grad_step(params_, ctx_.stream);
   if (!backward_ran) return;
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches)
-      for (Stage& s : b)
-        if (s.linear) s.linear->update_backward_scales(ctx_);
+  for_each_linear([&](ParallelLinear& l) { l.update_backward_scales(ctx_); });
 }
 
 void RankModel::optimizer_step(int64_t step, double lr) {
@@ -268,10 +259,7 @@ void RankModel::apply_optimizer(int64_t step, double lr) {
     SgdConfig c{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
     sgd_momentum_step(slots, c, ctx_.stream);
   }
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches)
-      for (Stage& s : b)
-        if (s.linear) s.linear->invalidate_weight_cache();
+  for_each_linear([](ParallelLinear& l) { l.invalidate_weight_cache(); });
 }
 
 void RankModel::set_optimizer_state(size_t i, const Tensor& state1, const Tensor& state2) {
@@ -288,12 +276,10 @@ void RankModel::set_optimizer_state(size_t i, const Tensor& state1, const Tensor
 
 std::vector<std::pair<std::string, Quantizer*>> RankModel::quantizers() {
   std::vector<std::pair<std::string, Quantizer*>> out;
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches)
-      for (Stage& s : b)
-        if (s.linear)
-          for (const auto& [role, q] : s.linear->quantizers())
-            if (q) out.emplace_back(s.linear->params().weight->spec->name + "." + role, q);
+  for_each_linear([&](ParallelLinear& l) {
+    for (const auto& [role, q] : l.quantizers())
+      if (q) out.emplace_back(l.params().weight->spec->name + "." + role, q);
+  });
   return out;
 }
 
@@ -307,10 +293,7 @@ RankModel::Memory RankModel::memory() const {
     m.gradients += bytes(p.grad);
     m.optimizer_state += bytes(p.state1) + bytes(p.state2);
   }
-  for (const auto& branches : layers_)
-    for (const BranchStages& b : branches)
-      for (const Stage& s : b)
-        if (s.linear) m.weights += s.linear->weight_cache_bytes();
+  for_each_linear([&](const ParallelLinear& l) { m.weights += l.weight_cache_bytes(); });
   return m;
 }
 

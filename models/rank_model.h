@@ -78,6 +78,21 @@ class RankModel {
   Tensor run_branch(BranchStages& b, const Tensor& x);
   Tensor backprop_branch(BranchStages& b, const Tensor& dy);
   RankParam* param(const std::string& name);
+  // f(ParallelLinear&) for every linear of every layer and branch, in order.
+  template <class F>
+  void for_each_linear(F&& f) {
+    for (auto& branches : layers_)
+      for (BranchStages& b : branches)
+        for (Stage& s : b)
+          if (s.linear) f(*s.linear);
+  }
+  template <class F>
+  void for_each_linear(F&& f) const {
+    for (const auto& branches : layers_)
+      for (const BranchStages& b : branches)
+        for (const Stage& s : b)
+          if (s.linear) f(static_cast<const ParallelLinear&>(*s.linear));
+  }
   void optimizer_step(int64_t step, double lr);
   float loss_and_grad(const Tensor& out, const Tensor& target, Tensor* grad);
 

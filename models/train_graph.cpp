@@ -41,13 +41,7 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
   po.gather_hook = [this](const Graph& g, const Node& n) { return plan_model_gather(g, n, binding_); };
   Plan plan = plan_graph(graph_, po);
   binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
-  ExecOptions eo;
-  eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
-  eo.cuda_graph = false;  // collectives and quantizers allocate their outputs, and the loss reaches the host
-  if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;
-  eo.env.rank = ctx.rank();
-  eo.env.world_size = ctx.world();
-  eo.env.binding = &binding_;
+  ExecOptions eo = model_exec_options(ctx, binding_);
   if (!ctx.device.is_cuda()) {
     // On the CPU a held value goes back to the allocator right after its last reader ran, as the eager step frees
     // each saved or gathered tensor after its last use. (On a GPU the comm stream may have made it and the

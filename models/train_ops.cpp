@@ -51,10 +51,6 @@ ValueType train_gathered(const Node& n, ValueType t) {
 
 RankContext& train_ctx(const KernelCall& c) { return *model_ops::binding(c).ctx; }
 
-GemmOperand gathered_operand(const GatherResult& g) {
-  return g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
-}
-
 }  // namespace
 
 std::vector<ValueType> infer_norm_backward(const Node&, const std::vector<ValueType>& in) {

@@ -14,6 +14,15 @@ namespace te {
 namespace {
 using namespace test_ops;
 
+// Autograd over the test op table: gradients accumulate with t_add, seeds and zero gradients are t_fill.
+BackwardOptions test_backward_options(int group_size = 1) {
+  BackwardOptions bo;
+  bo.accumulate = &op(Op::add);
+  bo.fill = &op(Op::fill);
+  bo.group_size = group_size;
+  return bo;
+}
+
 struct Chain {
   Graph g;
   int x, w1, w2, h, a, o, loss;
@@ -35,9 +44,7 @@ Chain make_chain(DType dt) {
   int t = b.add1(op(Op::add), {r, s}, {}, "t");
   c.loss = b.add1(op(Op::sumsq), {t}, {}, "loss");
   b.mark_output(c.loss);
-  BackwardOptions bo;
-  bo.accumulate = &op(Op::add);
-  bo.fill = &op(Op::fill);
+  const BackwardOptions bo = test_backward_options();
   c.bw = build_backward(c.g, c.loss, bo);
   return c;
 }
@@ -120,9 +127,7 @@ TEST(Autograd, OpWithoutBackwardIsNamed) {
   int x = b.param("x", vt({4}));
   int y = b.add1(op(Op::slow_copy), {x}, {}, "no_backward_copy");
   int l = b.add1(op(Op::sumsq), {y}, {}, "loss");
-  BackwardOptions bo;
-  bo.accumulate = &op(Op::add);
-  bo.fill = &op(Op::fill);
+  const BackwardOptions bo = test_backward_options();
   try {
     build_backward(g, l, bo);
     FAIL();
@@ -148,10 +153,7 @@ TEST(Autograd, ReplicatedGradientNamesSurviveTheGraphGrowing) {
       h = b2.add1(op(Op::mul), {h, p}, {}, "scale" + std::to_string(i));
     }
     int l = b2.add1(op(Op::sumsq), {h}, {}, "loss");
-    BackwardOptions bo;
-    bo.accumulate = &op(Op::add);
-    bo.fill = &op(Op::fill);
-    bo.group_size = 2;
+    const BackwardOptions bo = test_backward_options(2);
     BackwardResult r = build_backward(g2, l, bo);
     for (const auto& [p, name] : params) {
       const int dg = r.grad_of(p);
@@ -172,10 +174,7 @@ TEST(Autograd, ReplicatedParamGradientsAreAllReduced) {
   int y = b2.add1(op(Op::mul), {x2, gm}, {}, "norm");
   int z = b2.add1(op(Op::matmul), {y, w}, {}, "fc");
   int l = b2.add1(op(Op::sumsq), {z}, {}, "loss");
-  BackwardOptions bo;
-  bo.accumulate = &op(Op::add);
-  bo.fill = &op(Op::fill);
-  bo.group_size = 2;
+  const BackwardOptions bo = test_backward_options(2);
   BackwardResult r = build_backward(g2, l, bo);
   const int dg = r.grad_of(gm), dw = r.grad_of(w);
   ASSERT_GE(dg, 0);
