@@ -37,7 +37,6 @@ constexpr DTypeName kSafetensorsDTypes[] = {
 // A name as it appears in a message: quoted, control characters escaped, long names cut (engine/printable.h).
 std::string quote(std::string_view s) { return quoted_value(s); }
 
-
 [[noreturn]] void fail(const std::string& label, const std::string& what, const std::string& hint) {
   TE_INPUT_ERROR(printable_path(label) << ": " << what, hint);
 }
@@ -65,7 +64,8 @@ namespace {
 // limit before anything is allocated. `first8` is read only when size >= 8.
 uint64_t checked_header_length(const std::string& where, const uint8_t* first8, uint64_t size) {
   if (size < 8)
-    fail(where, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length", kSafetensorsReexportHint);
+    fail(where, "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length",
+         kSafetensorsReexportHint);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | first8[i];
   if (n > kSafetensorsMaxHeaderBytes)
