@@ -60,7 +60,7 @@ class Mlp:
         return F.linear(h, self.w2, self.b2)
 
 
-def torch_side(tokens, backward=True):
+def torch_side(tokens, with_step=True):
     res = {}
     with torch.no_grad():
         m = Mlp(False)
@@ -82,7 +82,7 @@ def torch_side(tokens, backward=True):
                     x + m(x)
                 res[f"fwd_graph_T{t}"] = time_cuda(g.replay, inner=10)
     m = Mlp(True)
-    for t in (8192,) if backward else ():
+    for t in (8192,) if with_step else ():
         x = torch.randn(t, H, device="cuda").bfloat16().requires_grad_(True)
         dy = torch.randn(t, H, device="cuda").bfloat16()
         target = torch.randn(t, H, device="cuda").bfloat16()
@@ -95,7 +95,7 @@ def torch_side(tokens, backward=True):
     return res
 
 
-def teengine_side(binary, tokens, backward=True):
+def teengine_side(binary, tokens, with_step=True):
     res = {}
     def bench(recipe, t, backward=False, graph=False):
         cmd = [binary, "bench", "block", "--module", "layernorm_mlp", "--tokens", str(t), "--hidden", str(H),
@@ -106,7 +106,8 @@ def teengine_side(binary, tokens, backward=True):
             print("teengine bench failed:", " ".join(cmd), p.stderr[-2000:])
             return None
         r = json.loads(p.stdout)
-        progress(f"teengine {recipe}{'+graph' if graph else ''} T={t}{' fwd+bwd' if backward else ''} ms", r["median_ms"])
+        what = f"teengine {recipe}{'+graph' if graph else ''} T={t}{' fwd+bwd' if backward else ''} ms"
+        progress(what, r["median_ms"])
         return r
     for recipe in ("none", "fp8_block", "fp8_current"):
         for t in tokens:
@@ -115,7 +116,7 @@ def teengine_side(binary, tokens, backward=True):
             res[f"fwd_{recipe}_T{t}"] = bench(recipe, t)
             if t <= 256:  # small T: the forward replayed as one CUDA graph too (against PyTorch eager and graph)
                 res[f"fwd_{recipe}+graph_T{t}"] = bench(recipe, t, graph=True)
-    for recipe in ("none", "fp8_block") if backward else ():  # forward + loss + backward, no optimizer (as PyTorch)
+    for recipe in ("none", "fp8_block") if with_step else ():  # forward + loss + backward, no optimizer (as PyTorch)
         res[f"fwdbwd_{recipe}_T8192"] = bench(recipe, 8192, True)
     return res
 

@@ -106,5 +106,6 @@ done
 
 tar czf "$out/gpu_sanitize_logs_${tools// /_}.tgz" -C "$work" .
 rm -rf "$work"
-note "gpu_sanitize: $([ $status = 0 ] && echo 'all clean' || echo 'errors: see the lines above and gpu_sanitize_logs_*.tgz')"
+if [ $status = 0 ]; then note "gpu_sanitize: all clean"
+else note "gpu_sanitize: errors: see the lines above and gpu_sanitize_logs_*.tgz"; fi
 exit $status
