@@ -218,6 +218,30 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
     return true;
   };
   auto can_share = [&](int a, int b) { return options.reuse_buffers && (ends_before(a, b) || ends_before(b, a)); };
+  // b written in place over a (see planner.h): a's only use after b's producer is that producer itself.
+  auto in_place_over = [&](int b, int a) {
+    const Value& vb = g.value(b);
+    const Value& va = g.value(a);
+    if (!options.reuse_buffers || vb.producer < 0 || va.is_output || va.role != ValueRole::intermediate) return false;
+    const Node& n = g.node(vb.producer);
+    if (n.outputs.empty() || n.outputs[0] != b || !n.attrs.has("in_place")) return false;
+    const int64_t i = n.attr<int64_t>("in_place");
+    if (i < 0 || i >= static_cast<int64_t>(n.inputs.size()) || n.inputs[static_cast<size_t>(i)] != a) return false;
+    const PlannedBuffer& ba = plan.buffers[static_cast<size_t>(a)];
+    if (ba.bytes != plan.buffers[static_cast<size_t>(b)].bytes || ba.held_by_binding) return false;
+    const int pb = pos[static_cast<size_t>(vb.producer)];
+    if (!hb(pos[static_cast<size_t>(va.producer)], pb)) return false;
+    for (int c : va.consumers)
+      if (c != vb.producer && !hb(pos[static_cast<size_t>(c)], pb)) return false;
+    return true;
+  };
+  std::vector<int> in_place_of(static_cast<size_t>(g.num_values()), -1);  // b → a
+  for (int v : arena_values) {
+    const Value& vb = g.value(v);
+    if (vb.producer < 0) continue;
+    for (int a : g.node(vb.producer).inputs)
+      if (in_place_over(v, a)) in_place_of[static_cast<size_t>(v)] = a;
+  }
 
   // Greedy by size: the largest buffers are placed first, each at the lowest offset that does not overlap a placed
   // buffer it cannot share with.
@@ -230,17 +254,37 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
   std::vector<int> placed;
   for (int v : by_size) {
     PlannedBuffer& b = plan.buffers[static_cast<size_t>(v)];
+    // An in-place pair (v over a, or a value over v): its partner is either exactly shared or kept apart.
+    auto partner = [&](int p) {
+      return in_place_of[static_cast<size_t>(v)] == p || in_place_of[static_cast<size_t>(p)] == v;
+    };
+    auto conflicts = [&](int p) { return partner(p) ? true : !can_share(v, p); };
     std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of conflicting placed buffers
     for (int p : placed)
-      if (!can_share(v, p)) {
+      if (conflicts(p)) {
         const PlannedBuffer& pb = plan.buffers[static_cast<size_t>(p)];
         busy.emplace_back(pb.offset, pb.offset + pb.bytes);
       }
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (offset + b.bytes <= lo) break;
-      offset = std::max(offset, hi);
+    // First choice: the placed in-place partner's own offset, when nothing else there conflicts.
+    int64_t offset = -1;
+    for (int p : placed) {
+      if (!partner(p)) continue;
+      const PlannedBuffer& pb = plan.buffers[static_cast<size_t>(p)];
+      bool free = true;
+      for (int q : placed) {
+        if (q == p || !conflicts(q)) continue;
+        const PlannedBuffer& qb = plan.buffers[static_cast<size_t>(q)];
+        free = free && (pb.offset + b.bytes <= qb.offset || qb.offset + qb.bytes <= pb.offset);
+      }
+      if (free) offset = pb.offset;
+    }
+    if (offset < 0) {
+      std::sort(busy.begin(), busy.end());
+      offset = 0;
+      for (const auto& [lo, hi] : busy) {
+        if (offset + b.bytes <= lo) break;
+        offset = std::max(offset, hi);
+      }
     }
     b.offset = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + b.bytes);

@@ -6,6 +6,11 @@
 // Buffer reuse is sound on two streams: value B may take A's bytes only when every use of A (its producer and all
 // consumers) happens-before B's producer through data edges and per-stream program order — exactly the orders the
 // executor enforces with stream order and planned events. No extra events are needed for reuse.
+//
+// In place: a node whose kernel may write output 0 over input i (attribute in_place = i, an element-wise pass that
+// reads each element before writing it) gets output 0 at exactly input i's offset when input i is an arena value of
+// the same size, not a step output, and every other use of it happens-before the node. Partial overlap is never
+// planned for such a pair: the output either takes the input's bytes or bytes of its own.
 #pragma once
 #include <cstdint>
 #include <functional>

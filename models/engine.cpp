@@ -18,14 +18,14 @@
 #include "engine/printable.h"
 #include "models/checkpoint.h"
 #include "models/engine_state.h"
-#include "models/lr_schedule.h"
-#include "ops/elementwise/elementwise.h"
 #include "models/forward_replay.h"
+#include "models/lr_schedule.h"
 #include "models/memory_estimate.h"
 #include "models/model_graph.h"
 #include "models/rank_group.h"
 #include "models/rank_model.h"
 #include "models/recipe.h"
+#include "ops/elementwise/elementwise.h"
 #include "te_config.h"
 
 namespace teengine {
@@ -159,12 +159,16 @@ StagedTensor Engine::Impl::run_forward(const StagedTensor::Impl& x, double* devi
     auto& graph = graphs[static_cast<size_t>(i)];
     if (replays_forward()) {
       out->rows[static_cast<size_t>(i)] = replay_forward(xr);
-    } else if (graph_forward()) {
-      // Planned once per token count (shapes are static in a plan).
-      if (!graph || graph->local_tokens() != xr.size(0)) graph = std::make_unique<te::ModelGraph>(model, xr.size(0));
-      out->rows[static_cast<size_t>(i)] = graph->forward(xr);
+    } else if (spec().run.mode == te::RunMode::train) {  // the current weights' output; training state unchanged
+      auto& g = forward_graphs[static_cast<size_t>(i)];
+      if (!g || g->local_tokens() != xr.size(0))
+        g = std::make_unique<te::TrainGraph>(model, xr.size(0), xr.dtype(),
+                                             train_options(te::TrainGraphOptions::Kind::forward));
+      out->rows[static_cast<size_t>(i)] = g->forward(xr);
     } else {
-      out->rows[static_cast<size_t>(i)] = model.forward(xr);
+      if (!graph || graph->local_tokens() != xr.size(0))
+        graph = std::make_unique<te::ModelGraph>(model, xr.size(0), forward_options());
+      out->rows[static_cast<size_t>(i)] = graph->forward(xr);
     }
   });
   return StagedTensor(std::move(out));
@@ -183,7 +187,7 @@ te::Tensor Engine::Impl::replay_forward(const te::Tensor& x) {
     try {
       b.input = te::Tensor::empty(x.shape(), x.dtype(), ctx.device, ctx.stream);
       b.input.copy_from(x, ctx.stream);
-      b.graph = std::make_unique<te::ModelGraph>(*group->models[0], tokens);
+      b.graph = std::make_unique<te::ModelGraph>(*group->models[0], tokens, forward_options());
       b.replay = std::make_unique<te::ForwardReplay>(*group->models[0], b.input,
                                                      [g = b.graph.get(), in = b.input] { return g->forward(in); });
     } catch (...) {
@@ -213,15 +217,10 @@ float Engine::Impl::run_train(const StagedTensor::Impl& x, const StagedTensor::I
   std::vector<float> loss(x.rows.size());
   *device_ms = run_timed([&](te::Communicator&, int i) {
     const size_t k = static_cast<size_t>(i);
-    te::RankModel& model = *group->models[k];
-    if (!graph_training()) {
-      loss[k] = model.train_step(x.rows[k], t.rows[k], step, lr);
-      return;
-    }
-    // Planned once per token count (shapes are static in a plan).
     auto& graph = train_graphs[k];
     if (!graph || graph->local_tokens() != x.rows[k].size(0))
-      graph = std::make_unique<te::TrainGraph>(model, x.rows[k].size(0), t.rows[k].dtype());
+      graph = std::make_unique<te::TrainGraph>(*group->models[k], x.rows[k].size(0), t.rows[k].dtype(),
+                                               train_options(te::TrainGraphOptions::Kind::step));
     loss[k] = graph->train_step(x.rows[k], t.rows[k], step, lr);
   });
   {
@@ -237,7 +236,11 @@ float Engine::Impl::run_eval(const StagedTensor::Impl& x, const StagedTensor::Im
   std::vector<float> loss(x.rows.size());
   te::run_ranks(group->comms, [&](te::Communicator& c) {
     const size_t k = static_cast<size_t>(group->index_of(c));
-    loss[k] = group->models[k]->eval_loss(x.rows[k], t.rows[k]);
+    auto& graph = eval_graphs[k];
+    if (!graph || graph->local_tokens() != x.rows[k].size(0))
+      graph = std::make_unique<te::TrainGraph>(*group->models[k], x.rows[k].size(0), t.rows[k].dtype(),
+                                               train_options(te::TrainGraphOptions::Kind::eval));
+    loss[k] = graph->eval_loss(x.rows[k], t.rows[k]);
     group->ctxs[k]->stream.synchronize();
   });
   return loss[0];
@@ -309,8 +312,8 @@ std::map<std::string, std::string> Engine::load_checkpoint(const std::string& pa
   return translate([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     te::set_current_device(impl_->device());
+    impl_->drop_graphs();  // they hold the current models (made again, lazily, for the loaded ones)
     std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
-    impl_->drop_graphs();  // they bound the models' parameters as they were
     impl_->step = impl_->first_step = std::stoll(md.at("step"));
     return md;
   });

@@ -50,40 +50,39 @@ std::string Engine::explain() const {
       line("row-parallel output gradient, backward", te::Usage::both, rc.grad);
     }
   }
-  int64_t arena = -1;
-  if (m.graph_forward()) {
-    o << "rank 0 forward plan (" << local_tokens << " local tokens):\n";
+  int64_t arena = 0;
+  const char* order = m.overlaps() ? "collectives on the comm stream" : "run.executor: eager, every node in order";
+  if (m.spec().run.mode == te::RunMode::infer) {
+    o << "rank 0 forward plan (" << local_tokens << " local tokens; " << order << "):\n";
     if (m.graphs[0] && m.graphs[0]->local_tokens() == local_tokens) {
       o << m.graphs[0]->explain();
       arena = m.graphs[0]->plan().arena_bytes;
     } else {
-      te::ModelGraph g(*m.group->models[0], local_tokens);  // planning touches no device memory but the arena
+      te::ModelGraph g(*m.group->models[0], local_tokens, m.forward_options());  // planning allocates the arena only
       o << g.explain();
       arena = g.plan().arena_bytes;
     }
-  } else if (m.graph_training()) {
-    o << "rank 0 training step plan (" << local_tokens << " local tokens; forward, backward, optimizer):\n";
+  } else {
+    o << "rank 0 training step plan (" << local_tokens << " local tokens; forward, backward, optimizer; " << order
+      << "):\n";
     const te::TrainGraph* planned = m.train_graphs[0].get();
-    std::unique_ptr<te::TrainGraph> fresh;  // planning touches no device memory but the arena
+    std::unique_ptr<te::TrainGraph> fresh;  // planning allocates the arena only
     if (!planned || planned->local_tokens() != local_tokens)
-      planned =
-          (fresh = std::make_unique<te::TrainGraph>(*m.group->models[0], local_tokens, m.spec().model.dtype)).get();
+      planned = (fresh = std::make_unique<te::TrainGraph>(*m.group->models[0], local_tokens, m.spec().model.dtype,
+                                                          m.train_options(te::TrainGraphOptions::Kind::step)))
+                    .get();
     o << planned->explain();
     arena = planned->plan().arena_bytes;
-  } else {
-    o << (m.spec().run.mode == te::RunMode::train
-              ? "training steps run eagerly (layer by layer; run.executor: graph plans them)\n"
-              : "inference runs eagerly (run.executor: eager)\n");
   }
-  // What rank 0 holds, by kind; communication buffers and eager activations come from the allocator's cache.
+  // What rank 0 holds, by kind; communication buffers come from the allocator's cache.
   const te::RankModel::Memory mem = m.group->models[0]->memory();
   auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
   o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
     << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
     << mib(mem.optimizer_state)
     << (mem.host_weights ? ", model-dtype weights in host memory (for saving) " + mib(mem.host_weights) : "")
-    << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes())
-    << ", activations " << (arena >= 0 ? mib(arena) + " (planned arena)" : std::string("eager (allocator cache)"))
+    << ", GEMM workspace " << mib(m.group->ctxs[0]->gemm->workspace_bytes()) << ", activations " << mib(arena)
+    << " (planned arena)"
     << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
     << mib(te::memory_stats(m.device()).peak_bytes) << "\n";
   return o.str();

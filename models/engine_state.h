@@ -52,8 +52,10 @@ inline double ms_since(std::chrono::steady_clock::time_point t0) {
 
 struct Engine::Impl {
   std::unique_ptr<te::RankGroup> group;  // spec, placement, and per local rank a communicator, context and model
-  std::vector<std::unique_ptr<te::ModelGraph>> graphs;  // inference forward per local rank (run.executor: graph)
-  std::vector<std::unique_ptr<te::TrainGraph>> train_graphs;  // training step per local rank (trains_as_graph)
+  // Per local rank, each planned once for the token count it last ran (shapes are static in a plan): the inference
+  // forward, the training step, the eval loss.
+  std::vector<std::unique_ptr<te::ModelGraph>> graphs;
+  std::vector<std::unique_ptr<te::TrainGraph>> train_graphs, eval_graphs, forward_graphs;  // train mode
   std::mutex mu;  // the ranks run one call at a time: forward, train_step, stage, to_host, weights, checkpoints
   // The host side of every host-tensor copy (page-locked on a GPU), used under `mu`: stage() and to_host()
   // synchronise before they return, so one buffer serves inputs, targets and outputs in turn.
@@ -87,12 +89,13 @@ struct Engine::Impl {
   te::Device device() const { return group->ctxs[0]->device; }
   int world() const { return group->world(); }
   int64_t token_multiple() const { return spec().parallel.sequence_parallel && world() > 1 ? world() : 1; }
-  bool graph_forward() const {
-    return spec().run.mode == te::RunMode::infer && spec().run.executor == te::ForwardExecutor::graph;
-  }
-  bool graph_training() const { return spec().run.trains_as_graph(); }
+  // run.executor: graph overlaps the collectives with compute; eager runs the same graph's nodes in order.
+  bool overlaps() const { return spec().run.executor == te::ForwardExecutor::graph; }
+  te::ModelGraphOptions forward_options() const { return {.overlap = overlaps()}; }
+  te::TrainGraphOptions train_options(te::TrainGraphOptions::Kind kind) const { return {kind, overlaps()}; }
   bool replays_forward() const {
-    return spec().run.cuda_graph && graph_forward() && device().is_cuda() && world() == 1 && !group->distributed();
+    return spec().run.cuda_graph && spec().run.mode == te::RunMode::infer && device().is_cuda() && world() == 1 &&
+           !group->distributed();
   }
   // The forward of x [tokens, hidden] through the token count's captured graph; returns a copy of the output
   // (the replay's own buffer is overwritten by the next replay).
@@ -102,10 +105,12 @@ struct Engine::Impl {
   void drop_graphs() {
     replays.clear();
     const size_t n = static_cast<size_t>(group->local_ranks());
+    for (auto* v : {&train_graphs, &eval_graphs, &forward_graphs}) {
+      v->clear();
+      v->resize(n);
+    }
     graphs.clear();
     graphs.resize(n);
-    train_graphs.clear();
-    train_graphs.resize(n);
   }
   // Refuses an input of the wrong shape, no tokens, or (sequence parallelism) a token count not a multiple of tp
   // unless `any_tokens`, from its fields alone: nothing is copied or allocated for a request that cannot run.

@@ -10,19 +10,16 @@ RankModel& checked(RankModel& model, const Tensor& input) {
   TE_CHECK_HINT(ctx.device.is_cuda(), "CUDA graph replay on " << ctx.device.str(),
                 "replay needs a CUDA device; run the forward without --cuda-graph on the CPU");
   TE_CHECK_HINT(!ctx.training, "CUDA graph replay of a model built for training",
-                "replay covers inference (run.mode: infer); training steps run eagerly");
+                "replay covers inference (run.mode: infer); set run.cuda_graph: false for training");
   TE_CHECK_HINT(ctx.world() == 1, "CUDA graph replay with tp = " << ctx.world(),
-                "the local communicator's rank threads cannot be captured; use tp: 1 or run eagerly");
-  TE_CHECK_HINT(input.defined() && input.device() == ctx.device,
-                "CUDA graph replay input " << (input.defined() ? input.str() : "undefined") << " is not on "
-                                           << ctx.device.str(),
-                "allocate the input on the model's device");
+                "the local communicator's rank threads cannot be captured; use tp: 1 or run.cuda_graph: false");
+  TE_CHECK_HINT(
+      input.defined() && input.device() == ctx.device,
+      "CUDA graph replay input " << (input.defined() ? input.str() : "undefined") << " is not on " << ctx.device.str(),
+      "allocate the input on the model's device");
   return model;
 }
 }  // namespace
-
-ForwardReplay::ForwardReplay(RankModel& model, Tensor input)
-    : ForwardReplay(model, input, [&model, input] { return model.forward(input); }) {}
 
 ForwardReplay::ForwardReplay(RankModel& model, Tensor input, std::function<Tensor()> forward)
     : model_(checked(model, input)), input_(std::move(input)), forward_(std::move(forward)), pool_(model.ctx().device) {

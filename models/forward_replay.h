@@ -16,10 +16,8 @@ namespace te {
 
 class ForwardReplay {
  public:
-  // `model` (built for inference, on a CUDA device, tp = 1) must outlive the replay.
-  ForwardReplay(RankModel& model, Tensor input);
-  // Any forward of that model that reads `input` in place and enqueues on the model's stream, e.g. its graph
-  // executor's (ModelGraph::forward).
+  // `model` (built for inference, on a CUDA device, tp = 1) must outlive the replay. `forward`: a forward of that
+  // model that reads `input` in place and enqueues on the model's stream (its ModelGraph::forward).
   ForwardReplay(RankModel& model, Tensor input, std::function<Tensor()> forward);
   ~ForwardReplay();
   ForwardReplay(const ForwardReplay&) = delete;

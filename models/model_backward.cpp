@@ -1,6 +1,6 @@
 // Backward rules of the model op kinds (models/model_ops.h). Each appends the training op kinds
-// (models/train_ops.h) that run the ParallelLinear backward phase the eager backward (ParallelLinear::backward)
-// runs at that point, with the same quantizers:
+// (models/train_ops.h) that run the ParallelLinear backward phase ParallelLinear::backward chains at that point,
+// with the same quantizers:
 //
 //   column GEMM   bias grad, dy quantized both ways, wgrad (input re-gathered column-wise under SP, quantized
 //                 column-wise locally otherwise), dgrad → partial sums (all-reduced here without SP)
@@ -54,7 +54,7 @@ void bias_and_weight_grads(BackwardBuilder& bb, int dy_local, int dq, int x_col)
 }
 
 // The GEMM input's column-wise copy for wgrad, from what produced the forward input `in` (a quantize, a gather or
-// a fused activation) — the high-precision source the eager backward saved, not the row-wise copy.
+// a fused activation) — the high-precision source ParallelLinear::backward reads, not the row-wise copy.
 int wgrad_operand(BackwardBuilder& bb, int dq) {
   const Node& n = bb.node();
   const Node* p = producer_of(bb, n.inputs[0]);
@@ -114,8 +114,10 @@ void backward_column_gemm(BackwardBuilder& bb) {
 void backward_act(BackwardBuilder& bb) {
   if (!bb.needs_grad(0)) return;
   const Node& n = bb.node();
+  // In place over dy where the planner can (same size, no later reader): the activation's gradient is the largest
+  // tensor of the backward.
   bb.set_grad_input(0, bb.add1(train_op(TrainOp::act_backward), {bb.grad_output(0), bb.input(0)},
-                               {{"act", n.attr<std::string>("act")}}, n.name + "_backward"));
+                               {{"act", n.attr<std::string>("act")}, {"in_place", int64_t{0}}}, n.name + "_backward"));
 }
 
 void backward_row_gemm(BackwardBuilder& bb) {

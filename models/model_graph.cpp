@@ -38,7 +38,7 @@ Tensor ModelGraph::forward(const Tensor& x) {
   exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());  // names the value and the fix on a shape mismatch
   for (const auto& [v, q] : held_params_) binding_.held[static_cast<size_t>(v)] = q;
   exec_->run();
-  model_.update_forward_scales();  // ordered after the step on ctx.stream, as the eager forward does
+  model_.update_forward_scales();  // ordered after the step on ctx.stream
   // The held values go back to the allocator's cache of the stream that made them; the next step's work on that
   // stream is ordered after this step's readers (the executor forks and joins its streams every step).
   for (auto& v : binding_.held) v.reset();

@@ -6,8 +6,9 @@
 //
 //   x [T/W, H] → per layer, per branch: norm → sp_gather → column_gemm → act(_quantize) → row_gemm → reduce → + x
 //
-// Every node calls the phase the eager RankModel::forward calls, so forward() equals it bit for bit
-// (tests/models/test_model_graph.cpp). The training step's graph is models/train_graph.h.
+// Every node calls a ParallelLinear phase; the layer-by-layer chaining of the same phases
+// (tests/models/eager_reference.h) gives the same bytes (tests/models/test_model_graph.cpp). The training step's graph
+// is models/train_graph.h.
 #pragma once
 #include <memory>
 #include <string>

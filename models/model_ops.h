@@ -1,6 +1,6 @@
 // The model's op kinds for the graph IR (graph/op_table.h): one table row per forward phase of ParallelLinear
-// (models/parallel_linear.h), plus the activation and the residual add. Each kernel calls the phase the eager
-// forward calls, on the stream the plan gives it, so the graph computes the eager bytes.
+// (models/parallel_linear.h), plus the activation and the residual add. Each kernel calls its phase on the stream
+// the plan gives it; the layer-by-layer chaining of the same phases (ParallelLinear::forward) gives the same bytes.
 //
 // Values the collectives and quantizers allocate themselves (gathered or reduced tensors, QuantizedTensors) are
 // held by the binding (PlanOptions::held_by_binding), in ModelBinding::held; everything else is a planned arena
@@ -26,7 +26,7 @@ struct ModelBinding {
   std::vector<std::optional<GemmOperand>> held;  // by value id: the values the planner left to the binding
   // Training graph only (models/train_graph.h): the model the step and optimizer nodes act on, this step's
   // optimizer step and learning rate, and the loss the loss node read. A non-finite loss sets skip_backward: every
-  // backward node is then a no-op and the optimizer node only zeroes the gradients, as the eager step skips them.
+  // backward node is then a no-op and the optimizer node only zeroes the gradients: the weights stay as they were.
   RankModel* model = nullptr;
   int64_t step = 0;
   double lr = 0.0;
@@ -54,7 +54,7 @@ void run_row_gemm(KernelCall& c);
 void run_reduce(KernelCall& c);
 void run_residual(KernelCall& c);
 
-// Backward rules (models/model_backward.cpp), calling the ParallelLinear backward phases the eager step calls.
+// Backward rules (models/model_backward.cpp), calling the ParallelLinear backward phases.
 void backward_norm(BackwardBuilder& bb);
 void backward_sp_gather(BackwardBuilder& bb);
 void backward_quantize(BackwardBuilder& bb);

@@ -93,75 +93,8 @@ RankParam* RankModel::param(const std::string& name) {
   TE_THROW("model parameter '" << name << "' is not in the parameter list", "this is a bug in parameter_specs");
 }
 
-Tensor RankModel::run_branch(BranchStages& b, const Tensor& x) {
-  Tensor h = x;
-  for (size_t i = 0; i < b.size(); ++i) {
-    Stage& s = b[i];
-    if (s.linear) {
-      h = s.linear->forward(h, ctx_);
-    } else {
-      if (ctx_.training) s.act_in = h;
-      if (i + 1 < b.size() && b[i + 1].linear)  // the activation feeds FC2: let FC2 fuse it
-        h = b[++i].linear->forward_after_activation(*s.act, h, ctx_);
-      else
-        h = act_forward(*s.act, h, ctx_.dtype, ctx_.stream);  // [T, F/W]
-    }
-  }
-  return h;
-}
-
-Tensor RankModel::backprop_branch(BranchStages& b, const Tensor& dy) {
-  Tensor d = dy;
-  bool own = false;  // d is this branch's own tensor (not the caller's dy, which the residual still reads)
-  for (auto it = b.rbegin(); it != b.rend(); ++it) {
-    if (it->linear) {
-      d = it->linear->backward(d, ctx_);
-      own = true;
-      continue;
-    }
-    // In place where dx has dy's shape: the activation's gradient is the largest tensor of the backward.
-    if (own && *it->act != ActKind::swiglu && d.is_contiguous() && d.dtype() == it->act_in.dtype())
-      act_backward(*it->act, d, it->act_in, d, ctx_.stream);
-    else
-      d = act_backward(*it->act, d, it->act_in, ctx_.stream);
-    it->act_in = Tensor();  // its last use
-  }
-  return d;
-}
-
-Tensor RankModel::forward(const Tensor& x) {
-  Tensor h = forward_layers(x);
-  update_forward_scales();
-  return h;
-}
-
-Tensor RankModel::forward_layers(const Tensor& x) {
-  Tensor h = x;
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches) h = add(h, run_branch(b, h), Tensor(), ctx_.stream);  // residual
-  return h;
-}
-
 void RankModel::update_forward_scales() {
   for_each_linear([&](ParallelLinear& l) { l.update_forward_scales(ctx_); });
-}
-
-float RankModel::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
-  const float loss = forward_backward(x, target);
-  // Every rank sees the same global loss: a non-finite one skips the update too, so the weights stay those of the
-  // last good step (the caller decides whether to stop or go on).
-  if (std::isfinite(loss)) optimizer_step(step, lr);
-  return loss;
-}
-
-float RankModel::loss_and_grad(const Tensor& out, const Tensor& target, Tensor* grad) {
-  const double n = loss_elements(out);
-  // One pass: dy = (2/n)(out − target) and the local Σ (out − target)², kept on the device: one number crosses to
-  // the host below.
-  SquaredError se = squared_error(out, target, static_cast<float>(2.0 / n), ctx_.dtype, ctx_.stream);
-  if (ctx_.gathers()) all_reduce(se.sum, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
-  if (grad) *grad = se.grad;
-  return static_cast<float>(se.sum.to_f32_vector(ctx_.stream)[0] / n);
 }
 
 double RankModel::loss_elements(const Tensor& out) const {
@@ -170,31 +103,25 @@ double RankModel::loss_elements(const Tensor& out) const {
   return static_cast<double>(global_tokens) * static_cast<double>(out.size(1));
 }
 
-float RankModel::eval_loss(const Tensor& x, const Tensor& target) {
-  TE_CHECK(ctx_.training, "eval_loss on a model built for inference (set run.mode: train)");
-  // The forward below is the training forward (the same bytes as train_step's) without the delayed-scaling update
-  // after it. What it folds into the input quantizers' step amaxes is put back. A weight it quantizes stays
-  // cached, with its amax folded in: the next training forward would have done exactly that (same weights, same
-  // scale), and now uses the cache instead.
-  struct Saved {
-    Quantizer* q;
-    Tensor scale, history, step_amax, count;
-  };
-  std::vector<Saved> saved;
+RankModel::InputScales RankModel::snapshot_input_scales() {
+  InputScales saved;
   for (auto& [name, q] : quantizers())
     if (q->has_delayed_state() && name.ends_with(".input"))
       saved.push_back({q, q->scale().clone(ctx_.stream), q->amax_history().clone(ctx_.stream),
                        q->step_amax().clone(ctx_.stream), q->history_count().clone(ctx_.stream)});
-  const float loss = loss_and_grad(forward_layers(x), target, nullptr);
+  return saved;
+}
+
+void RankModel::restore_input_scales(const InputScales& saved) {
   for (auto& [name, q] : quantizers()) {
     if (!name.ends_with(".input") || !q->has_delayed_state()) continue;
     bool restored = false;
-    for (const Saved& s : saved)
+    for (const InputScale& s : saved)
       if (s.q == q) {
         q->restore_delayed_state(s.scale, s.history, s.step_amax, s.count, ctx_.device, ctx_.stream);
         restored = true;
       }
-    if (!restored) {  // its first quantize was this eval's: back to the state before any (scale 1, no history)
+    if (!restored) {  // its first quantize was after the snapshot: back to the state before any (scale 1, no history)
       const Tensor one = Tensor::from_f32({1.0f}, {1}, DType::f32);
       Tensor count = Tensor::empty({1}, DType::i64);
       *static_cast<int64_t*>(count.data_ptr()) = 0;
@@ -202,30 +129,10 @@ float RankModel::eval_loss(const Tensor& x, const Tensor& target) {
                                Tensor::zeros({1}, DType::f32), count, ctx_.device, ctx_.stream);
     }
   }
-  for (auto& branches : layers_)
-    for (BranchStages& b : branches)
-      for (Stage& s : b) {
-        if (s.linear) s.linear->discard_saved();
-        s.act_in = Tensor();
-      }
-  return loss;
 }
 
-float RankModel::forward_backward(const Tensor& x, const Tensor& target) {
-  TE_CHECK(ctx_.training, "forward_backward on a model built for inference (set run.mode: train)");
-  begin_grad_step();  // no zero fill: each gradient's first contribution writes it
-  Tensor dy;
-  const float loss = loss_and_grad(forward(x), target, &dy);
-  if (!std::isfinite(loss)) {
-    finish_grad_step(false);  // no backward: every gradient is 0
-    return loss;
-  }
-
-  for (auto li = layers_.rbegin(); li != layers_.rend(); ++li)
-    for (auto bi = li->rbegin(); bi != li->rend(); ++bi)
-      dy = add(dy, backprop_branch(*bi, dy), Tensor(), ctx_.stream);  // residual: d(x + f(x)) = dy + f'ᵀ dy
-  finish_grad_step(true);
-  return loss;
+void RankModel::discard_saved() {
+  for_each_linear([](ParallelLinear& l) { l.discard_saved(); });
 }
 
 void RankModel::begin_grad_step() { te::begin_grad_step(params_); }
@@ -234,12 +141,6 @@ void RankModel::finish_grad_step(bool backward_ran) {
   te::finish_grad_step(params_, ctx_.stream);
   if (!backward_ran) return;
   for_each_linear([&](ParallelLinear& l) { l.update_backward_scales(ctx_); });
-}
-
-void RankModel::optimizer_step(int64_t step, double lr) {
-  for (RankParam& p : params_)
-    if (p.grad_all_reduce) all_reduce(p.grad, *ctx_.comm, ReduceOp::sum, false, ctx_.stream).wait();
-  apply_optimizer(step, lr);
 }
 
 void RankModel::apply_optimizer(int64_t step, double lr) {

@@ -1,5 +1,7 @@
-// The model as one tensor-parallel rank runs it: every layer's branches as stages (parallel linears and
-// activations) with residual connections, the rank's parameter shards, forward, backward, loss and optimizer.
+// What one tensor-parallel rank holds of the model: every layer's branches as stages (parallel linears and
+// activations, whose residual connections the graphs add), the rank's parameter shards with their gradients and
+// optimizer state, and the quantizers. It runs nothing by itself: the inference forward is models/model_graph.h,
+// the training step and the eval loss models/train_graph.h, both planned graphs over these stages.
 //
 //   x [T/W, H] (SP) or [T, H] → for each layer, for each branch: x = x + branch(x) → y (same shape)
 #pragma once
@@ -20,18 +22,6 @@ class RankModel {
   // The same, sharded from the global tensors (host, f32).
   RankModel(const ModelSpec& spec, const GlobalParams& global, RankContext& ctx);
 
-  Tensor forward(const Tensor& x);
-  // One optimizer step on mean((forward(x) - target)²) over all T·H elements; returns that loss (every rank).
-  // A non-finite loss leaves the weights untouched (no backward, no update).
-  // `step` counts from 1 (AdamW's bias correction); `lr` is this step's learning rate (models/lr_schedule.h).
-  float train_step(const Tensor& x, const Tensor& target, int64_t step, double lr);
-  // The loss train_step would report on (x, target), with no backward and no update: the model's state (weights,
-  // optimizer, delayed-scaling history, weight caches) is left as it was.
-  float eval_loss(const Tensor& x, const Tensor& target);
-  // The same without the optimizer update: loss, backward, and each parameter's grad holding this step's gradient
-  // alone (written by its first contribution, models/param_grad.h). A non-finite loss skips backward and leaves
-  // every grad 0.
-  float forward_backward(const Tensor& x, const Tensor& target);
   // Copies this rank's master shards into the global tensors (host).
   void export_params(GlobalParams& global) const;
   // What this rank holds now, by kind (bytes): --explain's memory account.
@@ -54,19 +44,30 @@ class RankModel {
   // Every quantizer of the model with its name, "<weight parameter>.<role>" (e.g. "layers.0.mlp.fc1_weight.input").
   std::vector<std::pair<std::string, Quantizer*>> quantizers();
 
-  // The model's structure, read by the model graph (models/model_graph.h) to build the same computation.
+  // The model's structure, read by the graph builder (models/forward_builder.h).
   struct Stage {
     std::unique_ptr<ParallelLinear> linear;  // or an activation:
     std::optional<ActKind> act;
-    Tensor act_in;  // saved activation input (training)
   };
   using BranchStages = std::vector<Stage>;
   std::vector<std::vector<BranchStages>>& layers() { return layers_; }  // [layer][branch]
   // Delayed scaling after a forward: every linear folds its step amaxes into the history.
   void update_forward_scales();
-  // The pieces of a training step the training graph (models/train_graph.h) runs as nodes, in the eager order:
+  // An eval forward must leave the model as it was: what it folds into the input quantizers' step amaxes is put
+  // back from a snapshot taken before it. (A weight it quantizes stays cached, with its amax folded in: the next
+  // training forward would have done exactly that with the same weights and scale.)
+  struct InputScale {
+    Quantizer* q;
+    Tensor scale, history, step_amax, count;
+  };
+  using InputScales = std::vector<InputScale>;
+  InputScales snapshot_input_scales();
+  void restore_input_scales(const InputScales& saved);
+  // Drops what every linear saved for a backward that will not run (an eval forward).
+  void discard_saved();
+  // The pieces of a training step the training graph (models/train_graph.h) runs as nodes:
   // mark gradients stale before the backward; after it, zero what got no contribution and (when the backward ran)
-  // fold the gradient amaxes; the optimizer over the (already reduced) gradients.
+  // fold the gradient amaxes; the optimizer over the (already all-reduced) gradients.
   void begin_grad_step();
   void finish_grad_step(bool backward_ran);
   void apply_optimizer(int64_t step, double lr);
@@ -74,9 +75,6 @@ class RankModel {
   double loss_elements(const Tensor& out) const;
 
  private:
-  Tensor forward_layers(const Tensor& x);  // forward() without the delayed-scaling update after it
-  Tensor run_branch(BranchStages& b, const Tensor& x);
-  Tensor backprop_branch(BranchStages& b, const Tensor& dy);
   RankParam* param(const std::string& name);
   // f(ParallelLinear&) for every linear of every layer and branch, in order.
   template <class F>
@@ -93,8 +91,6 @@ class RankModel {
         for (const Stage& s : b)
           if (s.linear) f(static_cast<const ParallelLinear&>(*s.linear));
   }
-  void optimizer_step(int64_t step, double lr);
-  float loss_and_grad(const Tensor& out, const Tensor& target, Tensor* grad);
 
   const ModelSpec& spec_;
   RankContext& ctx_;

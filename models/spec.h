@@ -130,18 +130,15 @@ struct OptimizerSpec {
   double eps = 1e-8;                         // adamw
 };
 
-// How inference forwards run: planned and executed as a graph (compute and comm streams, one arena), or eagerly
-// layer by layer (the reference the graph is tested against). Training steps run as a graph (forward, autograd
-// backward and optimizer in one plan, models/train_graph.h) only when the spec names `run.executor: graph`;
-// otherwise eagerly, until the graph step has been checked against the eager one on a GPU.
+// How the planned graph of a forward or a training step runs (models/model_graph.h, models/train_graph.h): graph —
+// collectives on the communication stream, overlapping the compute that does not need them; eager — the same
+// graph, every node in order on the compute stream (the serial baseline, and simpler to profile and debug).
 enum class ForwardExecutor : uint8_t { graph, eager };
 std::string_view executor_name(ForwardExecutor v);
 
 struct RunSpec {
   RunMode mode = RunMode::infer;
   ForwardExecutor executor = ForwardExecutor::graph;
-  bool executor_set = false;  // the spec (or --set) named run.executor: graph training is opt-in
-  bool trains_as_graph() const { return mode == RunMode::train && executor == ForwardExecutor::graph && executor_set; }
   // Inference on a GPU at tp 1: each token count's forward is captured as a CUDA graph once, then replayed (no
   // launch gaps). Ignored, with a warning, where the run lands on the CPU.
   bool cuda_graph = false;

@@ -331,10 +331,7 @@ std::vector<std::string> read_paths(const Ctx& c, const YAML::Node& n, const std
 void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
   Fields f(c, n, "run", map_keys("run"));
   if (f.has("mode")) r.mode = read_enum(c, f.get("mode"), "run.mode", kRunModes);
-  if (f.has("executor")) {
-    r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
-    r.executor_set = true;
-  }
+  if (f.has("executor")) r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
   if (f.has("cuda_graph")) r.cuda_graph = read_bool(c, f.get("cuda_graph"), "run.cuda_graph");
   if (f.has("device")) {
     r.device = read_string(c, f.get("device"), "run.device");
@@ -390,11 +387,8 @@ ModelSpec validate(const Ctx& c, const YAML::Node& root) {
   if (s.run.cuda_graph) {  // what replay covers today
     const YAML::Node at = top.get("run")["cuda_graph"];
     if (s.run.mode != RunMode::infer)
-      c.fail(at, "run.cuda_graph", "replays the inference forward; training steps run eagerly",
+      c.fail(at, "run.cuda_graph", "replays the inference forward; training steps are not captured yet",
              "set run.cuda_graph: false for run.mode: train");
-    if (s.run.executor != ForwardExecutor::graph)
-      c.fail(at, "run.cuda_graph", "replays the graph executor's forward, not the eager one",
-             "set run.executor: graph (the default)");
     if (s.parallel.tp != 1)
       c.fail(at, "run.cuda_graph", "needs tp 1 (the ranks' collectives are not captured yet)",
              "set parallel.tp: 1, or run.cuda_graph: false");

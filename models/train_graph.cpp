@@ -27,8 +27,8 @@ std::vector<std::vector<int>> last_readers(const Graph& g, const Plan& plan) {
 
 }  // namespace
 
-TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype)
-    : model_(model), local_tokens_(local_tokens) {
+TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype, TrainGraphOptions options)
+    : model_(model), local_tokens_(local_tokens), options_(options) {
   RankContext& ctx = model.ctx();
   TE_CHECK_HINT(ctx.training, "the training graph needs a model that keeps training state",
                 "build the model with run.mode: train");
@@ -39,12 +39,13 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
   PlanOptions po;
   po.held_by_binding = train_value_held_by_binding;
   po.gather_hook = [this](const Graph& g, const Node& n) { return plan_model_gather(g, n, binding_); };
+  po.single_stream = !options_.overlap;
   Plan plan = plan_graph(graph_, po);
   binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
   ExecOptions eo = model_exec_options(ctx, binding_);
   if (!ctx.device.is_cuda()) {
-    // On the CPU a held value goes back to the allocator right after its last reader ran, as the eager step frees
-    // each saved or gathered tensor after its last use. (On a GPU the comm stream may have made it and the
+    // On the CPU a held value goes back to the allocator right after its last reader ran (the step's peak is then
+    // what the layer-by-layer order needs). (On a GPU the comm stream may have made it and the
     // compute stream still be reading it: the values stay held to the end of the step, as the inference graph's.)
     release_after_ = last_readers(graph_, plan);
     eo.env.after_node = [this](int node, const Stream&) {
@@ -63,9 +64,23 @@ void TrainGraph::build(DType target_dtype) {
   ValueType xt = fb.type({local_tokens_, model_.spec().model.hidden}, sh), tt = xt;
   tt.dtype = target_dtype;
   input_ = fb.b.input("x", xt);
+  if (options_.kind == TrainGraphOptions::Kind::forward) {
+    output_ = fb.model(model_, input_);
+    fb.b.mark_output(output_);
+    return;
+  }
   target_ = fb.b.input("target", tt);
   const int out = fb.model(model_, input_);
-  const std::vector<int> loss = fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}}, "loss");
+  const bool eval = options_.kind == TrainGraphOptions::Kind::eval;
+  // An eval forward leaves the delayed-scaling history as it was: no update after it.
+  const std::vector<int> loss =
+      fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}, {"update_scales", !eval}}, "loss");
+  if (eval) {
+    int sum = loss[0];
+    if (ctx.gathers()) sum = fb.b.add1(train_op(TrainOp::sum_all_reduce), {sum}, {}, "loss.all_reduce");
+    fb.b.add1(train_op(TrainOp::loss_gate), {sum, loss[1]}, {}, "loss.gate");
+    return;
+  }
   BackwardOptions bo;
   bo.accumulate = &model_op(ModelOp::residual_add);
   bo.all_reduce = &train_op(TrainOp::sum_all_reduce);
@@ -74,21 +89,55 @@ void TrainGraph::build(DType target_dtype) {
   const BackwardResult grads = build_backward(graph_, loss[0], bo);
   std::vector<int> final_grads;
   for (const auto& [param, grad] : grads.grads) final_grads.push_back(grad);
-  fb.b.add(train_op(TrainOp::optimizer), final_grads, {}, "optimizer");
+  fb.b.add(train_op(TrainOp::optimizer), final_grads, {{"update", options_.kind == TrainGraphOptions::Kind::step}},
+           "optimizer");
 }
 
-float TrainGraph::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
+float TrainGraph::run(const Tensor& x, const Tensor& target) {
   // Bound each step: the caller's tensors (names the value and the fix on a shape mismatch).
   exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());
-  exec_->bind(target_, target.is_contiguous() ? target : target.contiguous());
-  binding_.step = step;
-  binding_.lr = lr;
+  if (target_ >= 0) exec_->bind(target_, target.is_contiguous() ? target : target.contiguous());
   binding_.skip_backward = false;
-  model_.begin_grad_step();  // no zero fill: each gradient's first contribution writes it
   exec_->run();
   exec_->synchronize();
   for (auto& v : binding_.held) v.reset();
   return binding_.loss;
+}
+
+float TrainGraph::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
+  TE_CHECK(options_.kind == TrainGraphOptions::Kind::step || options_.kind == TrainGraphOptions::Kind::gradient,
+           "train_step on a graph without a backward");
+  binding_.step = step;
+  binding_.lr = lr;
+  model_.begin_grad_step();  // no zero fill: each gradient's first contribution writes it
+  return run(x, target);
+}
+
+void TrainGraph::run_leaving_state(const Tensor& x, const Tensor& target) {
+  const RankModel::InputScales saved = model_.snapshot_input_scales();
+  auto put_back = [&] {
+    model_.restore_input_scales(saved);
+    model_.discard_saved();  // the forward saved what a backward would read
+  };
+  try {
+    (void)run(x, target);
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  put_back();
+}
+
+float TrainGraph::eval_loss(const Tensor& x, const Tensor& target) {
+  TE_CHECK(options_.kind == TrainGraphOptions::Kind::eval, "eval_loss on a graph of another kind");
+  run_leaving_state(x, target);
+  return binding_.loss;
+}
+
+Tensor TrainGraph::forward(const Tensor& x) {
+  TE_CHECK(options_.kind == TrainGraphOptions::Kind::forward, "forward on a graph of another kind");
+  run_leaving_state(x, Tensor());
+  return exec_->tensor(output_);
 }
 
 std::string TrainGraph::explain() const { return te::explain(graph_, exec_->plan()); }

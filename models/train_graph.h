@@ -4,12 +4,13 @@
 // reduce-scatters on the comm stream, every gather's path decided per usage, one arena for the step's
 // high-precision intermediates) and run by the Executor.
 //
-//   x, target → forward → mse_loss → loss.all_reduce (SP) → loss.gate → backward (per layer, reversed)
-//   → all_reduce grad/<replicated params> (SP) → optimizer
+//   step: x, target → forward → mse_loss → loss.all_reduce (SP) → loss.gate → backward (per layer, reversed)
+//         → all_reduce grad/<replicated params> (SP) → optimizer
+//   eval: x, target → forward → mse_loss → loss.all_reduce (SP) → loss.gate      (the model left as it was)
+//   forward: x → forward → y                                                      (the model left as it was)
 //
-// Every node calls the ParallelLinear phase, ops/ kernel or comm/ collective the eager RankModel::train_step calls,
-// in an order that gives the same bytes, so a step equals the eager step bit for bit
-// (tests/models/test_train_graph.cpp).
+// Every node calls a ParallelLinear phase, ops/ kernel or comm/ collective; the layer-by-layer chaining of the same
+// phases (tests/models/eager_reference.h) gives the same bytes (tests/models/test_train_graph.cpp).
 #pragma once
 #include <memory>
 #include <string>
@@ -22,32 +23,55 @@
 
 namespace te {
 
+struct TrainGraphOptions {
+  enum class Kind : uint8_t {
+    step,      // forward, backward, optimizer
+    gradient,  // forward and backward: every parameter's grad holds this step's (group-summed) gradient
+    eval,      // forward and loss only
+    forward,   // the training forward's output only (Engine::forward on a training engine)
+  };
+  Kind kind = Kind::step;
+  bool overlap = true;  // false: every node in order on the compute stream (run.executor: eager)
+};
+
 class TrainGraph {
  public:
   // `model` (ctx.training) must outlive this. Every step's x and target are [local_tokens, H] on the model's
   // device, x in the model dtype, the target in `target_dtype`.
-  TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype);
+  TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype, TrainGraphOptions options = {});
   TrainGraph(const TrainGraph&) = delete;  // the executor's binding points into this object
   TrainGraph& operator=(const TrainGraph&) = delete;
 
   // RankModel::train_step's contract: one optimizer step on mean((forward(x) − target)²); returns the loss; a
   // non-finite loss leaves the weights untouched.
+  // Kind::gradient runs the same without the update (step and lr unused).
   float train_step(const Tensor& x, const Tensor& target, int64_t step, double lr);
+  // Kind::eval: the loss train_step would report on (x, target) — the same training forward — with no backward and
+  // no update; the model's weights, optimizer and delayed-scaling state are left as they were.
+  float eval_loss(const Tensor& x, const Tensor& target);
+  // Kind::forward: the training forward's output for x, the model left as it was (as eval_loss). The result is
+  // valid until the next call.
+  Tensor forward(const Tensor& x);
 
   int64_t local_tokens() const { return local_tokens_; }
+  const TrainGraphOptions& options() const { return options_; }
   std::string explain() const;  // the plan (graph/planner.h explain)
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return exec_->plan(); }
 
  private:
   void build(DType target_dtype);
+  float run(const Tensor& x, const Tensor& target);
+  // Runs the graph and puts back what a forward without a backward must not change.
+  void run_leaving_state(const Tensor& x, const Tensor& target);
 
   RankModel& model_;
   int64_t local_tokens_;
+  TrainGraphOptions options_;
   Graph graph_;
   ModelBinding binding_;
-  int input_ = -1, target_ = -1;
-  std::vector<std::pair<int, Tensor>> params_;  // (value, master) bound once
+  int input_ = -1, target_ = -1, output_ = -1;
+  std::vector<std::pair<int, Tensor>> params_;   // (value, master) bound once
   std::vector<std::vector<int>> release_after_;  // by node id: held values it was the last reader of (CPU)
   std::unique_ptr<Executor> exec_;
 };

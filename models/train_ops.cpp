@@ -163,9 +163,9 @@ void run_act_backward(KernelCall& c) {
 
 void run_mse_loss(KernelCall& c) {
   ModelBinding& b = model_ops::binding(c);
-  // The eager forward ends with the delayed-scaling update, before the loss: the backward quantizes with the
-  // updated scales.
-  b.model->update_forward_scales();
+  // A training forward ends with the delayed-scaling update, before the loss: the backward quantizes with the
+  // updated scales. (An eval forward leaves the history as it was.)
+  if (c.node.attr_or<bool>("update_scales", true)) b.model->update_forward_scales();
   const Tensor out = model_ops::tensor_input(c, 0);
   const double n = b.model->loss_elements(out);
   // One pass: Σ (out − target)² and its gradient (2/n)(out − target).
@@ -208,7 +208,7 @@ void run_loss_gate(KernelCall& c) {
 void run_optimizer(KernelCall& c) {
   ModelBinding& b = model_ops::binding(c);
   b.model->finish_grad_step(!b.skip_backward);
-  if (!b.skip_backward) b.model->apply_optimizer(b.step, b.lr);
+  if (!b.skip_backward && c.node.attr_or<bool>("update", true)) b.model->apply_optimizer(b.step, b.lr);
   for (ParallelLinear* l : b.linears) l->discard_saved();
 }
 

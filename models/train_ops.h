@@ -1,11 +1,13 @@
 // The op kinds a training step adds to the model's forward (models/model_ops.h): what the backward rules append —
-// each a ParallelLinear backward phase (models/parallel_linear.h) the eager backward calls too —, the MSE loss, and
-// the optimizer. Parameter gradients are values held by the binding whose bytes are RankParam::grad, so the
-// gradient writes (first contribution writes, later ones add: models/param_grad.h) are the eager ones.
+// each a ParallelLinear backward phase (models/parallel_linear.h) —, the MSE loss, and the optimizer. Parameter
+// gradients are values held by the binding whose bytes are RankParam::grad, so the gradient writes (first contribution
+// writes, later ones add: models/param_grad.h) need no zero fill.
 //
 // Attributes: linear, world (as the forward ops); format / grad_format (string, QuantFormat names: the input's and
 // the gradient's quantized formats); sharding (string, dgrad: "partial" | "split1" | "same"); own (bool,
-// wgrad_input: the linear's own saved copy from a fused activation); sp (bool, mse_loss: the loss sums over ranks).
+// wgrad_input: the linear's own saved copy from a fused activation); sp (bool, mse_loss: the loss sums over ranks);
+// update_scales (bool, mse_loss, default true: the delayed-scaling update after the forward; false for an eval);
+// update (bool, optimizer, default true: false finishes the gradients and leaves the weights).
 #pragma once
 #include <array>
 
@@ -62,7 +64,7 @@ enum class TrainOp {
 // Inputs → outputs:
 //   layernorm_backward (dh, x, gamma, beta) → (dx, dgamma, dbeta); rmsnorm_backward (dh, x, gamma) → (dx, dgamma)
 //   bias_grad (dy, bias) → dbias            grad_quantize (dy) → dy both ways      grad_gather (dy) → [T, H] both
-//   regather (h, dy_q) → [T, K] column-wise (dy_q orders it after the gradient, where the eager backward runs it)
+//   regather (h, dy_q) → [T, K] column-wise (dy_q orders it after the gradient, overlapping the dgrad GEMM)
 //   wgrad_input (x, dy_q) → x column-wise   dgrad (dy_q, W) → dx     wgrad (dy_q, x_col, W) → dW
 //   act_backward (dy, pre) → dpre           mse_loss (out, target) → (Σ (out − target)², its gradient)
 //   sum_all_reduce (t) → t summed over the group, in place   loss_gate (sum, grad) → grad (reads the loss)

@@ -87,6 +87,31 @@ TEST(Planner, NoReuseGivesNaiveLayout) {
   EXPECT_EQ(p.arena_bytes, p.naive_bytes);
 }
 
+// in_place = 0: the node's output takes its input's exact bytes when nothing reads the input later; with a later
+// reader it gets bytes of its own, never a partial overlap.
+TEST(Planner, InPlaceOutputTakesItsInputsBytesOnlyWhenNothingReadsItLater) {
+  for (bool later_reader : {false, true}) {
+    Graph g;
+    GraphBuilder b(g);
+    const int x = b.input("x", vt({64, 64}, DType::f32));
+    const int a = b.add1(op(Op::scale), {x}, {{"alpha", 2.0}}, "a");
+    const int y = b.add1(op(Op::scale), {a}, {{"alpha", 3.0}, {"in_place", int64_t{0}}}, "y");
+    int out = y;
+    if (later_reader) out = b.add1(op(Op::add), {y, a}, {}, "reads_a_after_y");
+    b.mark_output(out);
+    const Plan p = plan_graph(g);
+    const PlannedBuffer& ba = p.buffers[static_cast<size_t>(a)];
+    const PlannedBuffer& by = p.buffers[static_cast<size_t>(y)];
+    if (!later_reader) {
+      EXPECT_EQ(by.offset, ba.offset);
+      EXPECT_EQ(p.arena_bytes, ba.bytes);
+    } else {
+      EXPECT_TRUE(by.offset + by.bytes <= ba.offset || ba.offset + ba.bytes <= by.offset)
+          << "a is read after y is written: " << ba.offset << " vs " << by.offset;
+    }
+  }
+}
+
 TEST(Planner, StreamsAndCrossStreamEvents) {
   MlpChain c = mlp_chain();
   Plan p = plan_graph(c.g);

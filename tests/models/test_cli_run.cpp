@@ -114,27 +114,31 @@ TEST_F(RunCli, DeeplyNestedInputAndWeightsFilesAreInputErrors) {
 }
 
 // --explain prints the plan the graph executor runs (the README shows it for the default model): the gathers on the
-// comm stream with their path and reason, and the arena against the naive sum; `eager` says it has no plan.
+// comm stream with their path and reason, and the arena against the naive sum; `eager` prints the same plan with
+// every node on the compute stream.
 TEST_F(RunCli, ExplainPrintsTheForwardPlan) {
   Result r = run("run " + model() + fast() + "--explain");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* want : {"rank 0 forward plan (32 local tokens)", "comm    node 1 'layers.0.qkv.gather' (sp_gather)",
-                           "gather rowwise: quantized", "held by the op binding", "memory: arena"})
+  for (const char* want : {"rank 0 forward plan (32 local tokens; collectives on the comm stream)",
+                           "comm    node 1 'layers.0.qkv.gather' (sp_gather)", "gather rowwise: quantized",
+                           "held by the op binding", "memory: arena"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   Result e = run("run " + model() + fast() + "--set run.executor=eager --explain");
   ASSERT_EQ(e.code, 0) << e.err;
-  EXPECT_NE(e.out.find("inference runs eagerly"), std::string::npos) << e.out;
-  EXPECT_EQ(e.out.find("forward plan"), std::string::npos) << e.out;
+  for (const char* want : {"rank 0 forward plan (32 local tokens; run.executor: eager, every node in order)",
+                           "'layers.0.qkv.gather' (sp_gather)", "gather rowwise: quantized"})
+    EXPECT_NE(e.out.find(want), std::string::npos) << want << "\n" << e.out;
+  EXPECT_EQ(e.out.find("comm    node"), std::string::npos) << e.out;
   EXPECT_EQ(run("run " + model() + fast() + "--set run.executor=fast").code, 2);
 }
 
-// In train mode with run.executor: graph, --explain prints the training step's plan: the forward, the backward
-// nodes autograd built (on both streams), the backward gathers with their path per usage (32 local tokens: the
-// column-wise blocks of 128 fall back), the optimizer, the arena. Without the key training stays eager.
+// In train mode --explain prints the training step's plan: the forward, the backward nodes autograd built (on both
+// streams), the backward gathers with their path per usage (32 local tokens: the column-wise blocks of 128 fall
+// back), the optimizer, the arena.
 TEST_F(RunCli, ExplainPrintsTheTrainingPlan) {
-  Result r = run("run " + model() + fast() + "--set run.mode=train --set run.executor=graph --explain");
+  Result r = run("run " + model() + fast() + "--set run.mode=train --explain");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* want : {"rank 0 training step plan (32 local tokens; forward, backward, optimizer)",
+  for (const char* want : {"rank 0 training step plan (32 local tokens; forward, backward, optimizer; collectives",
                            "comm    node 1 'layers.0.qkv.gather' (sp_gather)", "(mse_loss)",
                            "'layers.1.mlp.fc2.reduce_scatter_backward.grad_gather' (grad_gather) [backward]",
                            "'layers.0.qkv.regather' (regather) [backward]", "(layernorm_backward) [backward]",
@@ -144,11 +148,10 @@ TEST_F(RunCli, ExplainPrintsTheTrainingPlan) {
   // Backward gathers and reduce-scatters are planned on the comm stream.
   for (const char* want : {"comm    node", "'layers.0.qkv.gather_backward.reduce_scatter' (reduce) [backward]"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want;
-  EXPECT_EQ(r.out.find("training steps run eagerly"), std::string::npos) << r.out;
-  Result e = run("run " + model() + fast() + "--set run.mode=train --explain");
+  Result e = run("run " + model() + fast() + "--set run.mode=train --set run.executor=eager --explain");
   ASSERT_EQ(e.code, 0) << e.err;
-  EXPECT_NE(e.out.find("training steps run eagerly"), std::string::npos) << e.out;
-  EXPECT_EQ(e.out.find("training step plan"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("optimizer; run.executor: eager, every node in order)"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("comm    node"), std::string::npos) << e.out;
 }
 
 // The sequence-parallel simulation bench on the CPU: validated, and the quantized gather moves the bytes of FP8 data

@@ -10,11 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/compare.h"
 #include "comm/local_communicator.h"
 #include "common/dropping_communicator.h"
 #include "common/gpu.h"
+#include "engine/compare.h"
+#include "models/model_graph.h"
 #include "models/rank_model.h"
+#include "models/train_graph.h"
+#include "tests/models/eager_reference.h"
 
 namespace te {
 namespace {
@@ -85,10 +88,14 @@ RunResult run_model(const std::string& yaml, bool train, const RunOptions& o = {
     const int64_t n = T / w;
     Tensor xr = x.narrow(0, r * n, n).contiguous().to(o.device, s);
     Tensor tr = target.narrow(0, r * n, n).contiguous().to(o.device, s);
-    if (train) losses[r] = models[r]->train_step(xr, tr, 1, spec.run.optimizer.lr);
+    if (train) losses[r] = TrainGraph(*models[r], n, tr.dtype()).train_step(xr, tr, 1, spec.run.optimizer.lr);
     if (train && o.drop >= 0 && r == 0)
       step_reductions = static_cast<testing::DroppingCommunicator&>(c).sum_reductions();
-    if (!train || o.forward_after_step) outs[r] = models[r]->forward(xr).to(Device::cpu(), s);
+    // Inference through the model graph; after a step, the layer-by-layer forward of the trained weights.
+    if (!train)
+      outs[r] = ModelGraph(*models[r], n).forward(xr).to(Device::cpu(), s);
+    else if (o.forward_after_step)
+      outs[r] = test::eager_forward(*models[r], xr).to(Device::cpu(), s);
     s.synchronize();
   });
   RunResult res;

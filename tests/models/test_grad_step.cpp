@@ -12,6 +12,7 @@
 #include "models/param_grad.h"
 #include "models/rank_group.h"
 #include "models/spec.h"
+#include "models/train_graph.h"
 
 namespace te {
 namespace {
@@ -33,14 +34,16 @@ Tensor seeded(uint64_t seed, int64_t T, int64_t H) {
   return t;
 }
 
-// One forward_backward per rank on its share of the tokens; returns the loss (the same on every rank).
+// One forward and backward per rank on its share of the tokens (the training graph without its update); returns
+// the loss (the same on every rank).
 float step(RankGroup& g, const Tensor& x, const Tensor& target) {
   std::vector<float> loss(static_cast<size_t>(g.world()));
   run_ranks(g.comms, [&](Communicator& c) {
     const int r = c.rank();
     const int64_t n = x.size(0) / g.world();
-    loss[static_cast<size_t>(r)] = g.models[static_cast<size_t>(r)]->forward_backward(
-        x.narrow(0, r * n, n).contiguous(), target.narrow(0, r * n, n).contiguous());
+    TrainGraph step(*g.models[static_cast<size_t>(r)], n, target.dtype(), {TrainGraphOptions::Kind::gradient});
+    loss[static_cast<size_t>(r)] =
+        step.train_step(x.narrow(0, r * n, n).contiguous(), target.narrow(0, r * n, n).contiguous(), 1, 0.0);
   });
   return loss[0];
 }

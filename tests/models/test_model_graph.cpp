@@ -4,11 +4,12 @@
 // without it); its plan shows the gathers with their reasons on the comm stream; misuse is refused by name.
 #include <gtest/gtest.h>
 
+#include "comm/local_communicator.h"
 #include "engine/error.h"
 #include "models/model_graph.h"
-#include "comm/local_communicator.h"
 #include "models/rank_group.h"
 #include "tests/common/gpu.h"
+#include "tests/models/eager_reference.h"
 
 namespace te {
 namespace {
@@ -53,7 +54,7 @@ struct Ranks : RankGroup {
         if (!graphs[r]) graphs[r] = std::make_unique<ModelGraph>(*models[r], n);
         y = graphs[r]->forward(xr);
       } else {
-        y = models[r]->forward(xr);
+        y = test::eager_forward(*models[r], xr);
       }
       Tensor h = y.to(Device::cpu(), ctx.stream);
       ctx.stream.synchronize();

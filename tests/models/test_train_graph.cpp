@@ -1,8 +1,8 @@
 // The training graph (models/train_graph.h): a step planned and run as one graph — forward, autograd backward from
-// the model op kinds' rules, gradient all-reduces, optimizer — equals the eager RankModel::train_step byte for byte
-// (losses, fp32 masters and optimizer state after three steps) for every recipe and parallel layout, including
-// local token counts that force the backward re-gather onto the fallback; its plan shows the backward on both
-// streams with the gathers' paths.
+// the model op kinds' rules, gradient all-reduces, optimizer — equals the layer-by-layer chaining of the same phases
+// (tests/models/eager_reference.h) byte for byte (losses, fp32 masters and optimizer state after three steps), with
+// its collectives on the comm stream and with every node in order on one stream (run.executor: eager), for every
+// recipe and parallel layout, including local token counts that force the backward re-gather onto the fallback.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "models/rank_group.h"
 #include "models/train_graph.h"
 #include "tests/common/gpu.h"
+#include "tests/models/eager_reference.h"
 #include "training_util.h"
 
 namespace te {
@@ -51,9 +52,11 @@ struct TrainRanks : RankGroup {
     graphs.resize(static_cast<size_t>(world()));
   }
 
+  enum class Run { reference, graph, serial };  // layer by layer; the graph (2 streams); the graph on one stream
+
   // One training step on the global (x, target) [T, H] (host bf16); the loss (rank 0's; every rank checks it is
   // the same).
-  float step(const Tensor& x, const Tensor& target, int64_t step, bool graph) {
+  float step(const Tensor& x, const Tensor& target, int64_t step, Run run) {
     const int w = spec.parallel.tp;
     const bool sp = spec.parallel.sequence_parallel && w > 1;
     const int64_t n = sp ? x.size(0) / w : x.size(0);
@@ -63,12 +66,12 @@ struct TrainRanks : RankGroup {
       RankModel& m = *models[static_cast<size_t>(r)];
       const Tensor xr = x.narrow(0, sp ? r * n : 0, n).contiguous().to(m.ctx().device, m.ctx().stream);
       const Tensor tr = target.narrow(0, sp ? r * n : 0, n).contiguous().to(m.ctx().device, m.ctx().stream);
-      if (!graph) {
-        loss[static_cast<size_t>(r)] = m.train_step(xr, tr, step, 1e-2);
+      if (run == Run::reference) {
+        loss[static_cast<size_t>(r)] = test::eager_train_step(m, xr, tr, step, 1e-2);
         return;
       }
       auto& g = graphs[static_cast<size_t>(r)];
-      if (!g) g = std::make_unique<TrainGraph>(m, n, tr.dtype());
+      if (!g) g = std::make_unique<TrainGraph>(m, n, tr.dtype(), TrainGraphOptions{.overlap = run == Run::graph});
       loss[static_cast<size_t>(r)] = g->train_step(xr, tr, step, 1e-2);
     });
     for (float l : loss) EXPECT_EQ(std::memcmp(&l, &loss[0], sizeof l), 0) << "ranks disagree on the loss";
@@ -99,15 +102,21 @@ void check_train_graph_equals_eager(const std::string& recipe, const TrainLayout
   SCOPED_TRACE(recipe + " tp " + std::to_string(l.tp) + (l.sp ? " sp" : "") + " T " + std::to_string(l.tokens) + " " +
                optimizer);
   TrainRanks graph(train_graph_model(recipe, l, optimizer), device),
-      eager(train_graph_model(recipe, l, optimizer), device);
+      eager(train_graph_model(recipe, l, optimizer), device), serial(train_graph_model(recipe, l, optimizer), device);
   for (int64_t s = 1; s <= 3; ++s) {
     const Tensor x = train_graph_input(l.tokens, 10 + static_cast<uint64_t>(s));
     const Tensor target = train_graph_input(l.tokens, 20 + static_cast<uint64_t>(s));
-    const float lg = graph.step(x, target, s, true);
-    const float le = eager.step(x, target, s, false);
+    const float lg = graph.step(x, target, s, TrainRanks::Run::graph);
+    const float le = eager.step(x, target, s, TrainRanks::Run::reference);
+    const float ls = serial.step(x, target, s, TrainRanks::Run::serial);
     EXPECT_TRUE(std::isfinite(le));
-    EXPECT_EQ(std::memcmp(&lg, &le, sizeof lg), 0) << "step " << s << ": graph loss " << lg << ", eager " << le;
+    EXPECT_EQ(std::memcmp(&lg, &le, sizeof lg), 0) << "step " << s << ": graph loss " << lg << ", reference " << le;
+    EXPECT_EQ(std::memcmp(&ls, &le, sizeof ls), 0)
+        << "step " << s << ": one-stream loss " << ls << ", reference " << le;
   }
+  EXPECT_TRUE(rank_bytes(serial, [](const RankParam& p) { return p.master; }) ==
+              rank_bytes(eager, [](const RankParam& p) { return p.master; }))
+      << "the one-stream plan's fp32 masters differ after three steps";
   EXPECT_TRUE(rank_bytes(graph, [](const RankParam& p) { return p.master; }) ==
               rank_bytes(eager, [](const RankParam& p) { return p.master; }))
       << "the fp32 masters differ after three steps";
@@ -164,7 +173,8 @@ TEST(TrainGraph, NonFiniteLossSkipsTheUpdateAsEager) {
     ++step;
     const Tensor x = train_graph_input(l.tokens, 30 + static_cast<uint64_t>(step));
     const Tensor t = finite ? train_graph_input(l.tokens, 40 + static_cast<uint64_t>(step)) : bad_target;
-    const float lg = graph.step(x, t, step, true), le = eager.step(x, t, step, false);
+    const float lg = graph.step(x, t, step, TrainRanks::Run::graph);
+    const float le = eager.step(x, t, step, TrainRanks::Run::reference);
     EXPECT_EQ(std::isfinite(lg), finite);
     EXPECT_EQ(std::isfinite(le), finite);
     if (finite) EXPECT_EQ(std::memcmp(&lg, &le, sizeof lg), 0) << "step " << step;
@@ -177,14 +187,15 @@ TEST(TrainGraph, NonFiniteLossSkipsTheUpdateAsEager) {
   }
 }
 
-// Through the public API: run.executor: graph in train mode trains with the graph step, with the losses and the saved
-// weights of the default (eager) step, also across a change of token count (a new plan) and an eval in between.
-TEST(TrainGraph, EngineWithGraphExecutorTrainsAsTheEagerEngine) {
+// Through the public API: the default executor (collectives overlapped) and run.executor: eager (the same plan on one
+// stream) train alike — losses and saved weights —, also across a change of token count (a new plan) and an eval
+// in between.
+TEST(TrainGraph, EngineExecutorsTrainAlike) {
   using namespace training_test;
   for (const std::string recipe : {"fp8_block", "nvfp4"}) {
     SCOPED_TRACE(recipe);
-    auto graph = teengine::Engine::from_yaml_string(spec_yaml(recipe, 2, "adamw"), {"run.executor=graph"});
-    auto eager = teengine::Engine::from_yaml_string(spec_yaml(recipe, 2, "adamw"));
+    auto graph = teengine::Engine::from_yaml_string(spec_yaml(recipe, 2, "adamw"));
+    auto eager = teengine::Engine::from_yaml_string(spec_yaml(recipe, 2, "adamw"), {"run.executor=eager"});
     const Batches d;
     const std::vector<float> lg = train_steps(graph, d, 1, 3, true), le = train_steps(eager, d, 1, 3, true);
     ASSERT_EQ(lg.size(), le.size());
@@ -202,6 +213,41 @@ TEST(TrainGraph, EngineWithGraphExecutorTrainsAsTheEagerEngine) {
     expect_same_tensors(wg, we);
     std::filesystem::remove(wg);
     std::filesystem::remove(we);
+  }
+}
+
+// Kind::gradient: the step without the update — every gradient is the reference backward's, the weights and the
+// optimizer state stay. Kind::eval: the training forward's loss, nothing changed (masters, optimizer state, and the
+// delayed-scaling history the next step quantizes with: the next step equals a run without the eval).
+TEST(TrainGraph, GradientAndEvalKinds) {
+  for (const char* recipe : {"none", "fp8_delayed", "mxfp8"}) {
+    SCOPED_TRACE(recipe);
+    const TrainLayout l{1, false, 64};
+    TrainRanks g(train_graph_model(recipe, l, "adamw")), ref(train_graph_model(recipe, l, "adamw"));
+    const Tensor x = train_graph_input(l.tokens, 51), t = train_graph_input(l.tokens, 52);
+    const auto masters = [](const RankParam& p) { return p.master; };
+    const std::vector<uint8_t> before = rank_bytes(g, masters);
+    TrainGraph grad(*g.models[0], l.tokens, t.dtype(), {TrainGraphOptions::Kind::gradient});
+    const float lg = grad.train_step(x, t, 1, 1e-2);
+    const float lr = test::eager_forward_backward(*ref.models[0], x, t);
+    EXPECT_EQ(std::memcmp(&lg, &lr, sizeof lg), 0) << lg << " vs " << lr;
+    EXPECT_TRUE(rank_bytes(g, [](const RankParam& p) { return p.grad; }) ==
+                rank_bytes(ref, [](const RankParam& p) { return p.grad; }));
+    EXPECT_TRUE(rank_bytes(g, masters) == before) << "a gradient step moved the weights";
+
+    // Eval between steps: its loss is the training forward's, and the following step is unchanged by it.
+    TrainRanks a(train_graph_model(recipe, l, "adamw")), b(train_graph_model(recipe, l, "adamw"));
+    (void)a.step(x, t, 1, TrainRanks::Run::graph);
+    (void)b.step(x, t, 1, TrainRanks::Run::graph);
+    TrainGraph eval(*a.models[0], l.tokens, t.dtype(), {TrainGraphOptions::Kind::eval});
+    const Tensor x2 = train_graph_input(l.tokens, 53), t2 = train_graph_input(l.tokens, 54);
+    const float le = eval.eval_loss(x2, t2);
+    EXPECT_TRUE(std::isfinite(le));
+    EXPECT_THROW((void)eval.train_step(x2, t2, 2, 1e-2), Error);
+    const float la = a.step(x2, t2, 2, TrainRanks::Run::graph), lb = b.step(x2, t2, 2, TrainRanks::Run::graph);
+    EXPECT_EQ(std::memcmp(&la, &lb, sizeof la), 0) << "the eval changed the next step's loss";
+    EXPECT_EQ(std::memcmp(&le, &la, sizeof le), 0) << "eval " << le << ", the step's own loss " << la;
+    EXPECT_TRUE(rank_bytes(a, masters) == rank_bytes(b, masters));
   }
 }
 
