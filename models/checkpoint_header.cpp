@@ -32,7 +32,10 @@ std::string block_text(const std::vector<Branch>& block) {
         o << " ffn=" << l.ffn << " " << activation_name(l.activation);
       else
         o << " out=" << l.out;
-      o << " bias=" << flag(l.bias);
+      if (l.kind == LayerKind::attention)
+        o << " (" << attention_summary(l.attention) << ")";
+      else
+        o << " bias=" << flag(l.bias);
     }
     o << "]";
   }

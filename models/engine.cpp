@@ -92,10 +92,16 @@ void Engine::Impl::check_input(const std::vector<int64_t>& dims, bool any_tokens
                    "give a 2-D input whose last dimension is model.hidden");
   if (shape[0] == 0)
     TE_INPUT_ERROR("input has no tokens (shape " << te::shape_str(shape) << ")", "send at least one token");
+  const int64_t seq = te::sequence_multiple(spec());
+  if (shape[0] % seq != 0)
+    TE_INPUT_ERROR("input has " << shape[0] << " tokens, not whole sequences of " << seq
+                                << " (the attention layers' seq_len)",
+                   "send batch × " << seq << " tokens, each sequence's tokens consecutive");
   if (!any_tokens && shape[0] % token_multiple() != 0)
-    TE_INPUT_ERROR(
-        "input has " << shape[0] << " tokens, not divisible by tp " << world() << " under sequence parallelism",
-        "use a token count that is a multiple of parallel.tp");
+    TE_INPUT_ERROR("input has " << shape[0] << " tokens, not divisible by "
+                                << (seq > 1 ? "lcm(tp, seq_len) " : "tp ") << token_multiple()
+                                << " under sequence parallelism",
+                   "use a token count that is a multiple of " << token_multiple());
 }
 
 StagedTensor Engine::Impl::stage(const HostTensor& h) {
@@ -271,6 +277,12 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
   auto impl = std::make_unique<Engine::Impl>();
   const te::RankPlacement placement = te::place_ranks(spec);
   te::check_memory_fits(spec, placement);  // before anything is allocated
+  for (const te::Branch& br : spec.model.block)
+    for (const te::LayerSpec& l : br)
+      if (l.kind == te::LayerKind::attention && placement.device.is_cuda())
+        TE_INPUT_ERROR(spec.source << ": " << l.path << ".attention '" << l.name << "' would run on "
+                                   << placement.device.str() << ", but attention has only its CPU reference so far",
+                       "run this model on the CPU (run.device: cpu, or --set run.device=cpu)");
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->drop_graphs();
   impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());
@@ -414,9 +426,13 @@ int64_t Engine::tokens() const { return impl_->spec().run.tokens; }
 int64_t Engine::token_multiple() const { return impl_->token_multiple(); }
 std::string Engine::recipe() const { return std::string(te::recipe_name(impl_->spec().precision.recipe)); }
 bool Engine::tokens_independent() const {
+  return impl_->per_token_recipe() && te::sequence_multiple(impl_->spec()) == 1;
+}
+
+bool Engine::Impl::per_token_recipe() const {
   // The forward quantizes only the input activation by its values (weights are fixed), and only its row-wise copy:
   // unquantized, or per block within a token (fp8_block's 1x128, MXFP8's 1x32), no token's value reaches another's.
-  const te::RecipeConfigs rc = te::recipe_configs(impl_->spec().precision, impl_->spec().run.seed);
+  const te::RecipeConfigs rc = te::recipe_configs(spec().precision, spec().run.seed);
   return !rc.input || rc.input->format == te::QuantFormat::fp8_block_1d || rc.input->format == te::QuantFormat::mxfp8;
 }
 std::string Engine::dtype() const { return std::string(te::dtype_name(impl_->spec().model.dtype)); }

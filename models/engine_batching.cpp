@@ -27,7 +27,7 @@ void Engine::set_batching(const BatchingOptions& options) {
                                                    << te::comm_backend_name(m.group->placement.backend) << ")",
                        "forward is collective there, every rank making the same calls: batch before calling it, or "
                        "run the ranks as threads (parallel.comm: local)");
-      if (!tokens_independent() && !options.allow_per_tensor_scaling)
+      if (!m.per_token_recipe() && !options.allow_per_tensor_scaling)
         TE_INPUT_ERROR("batching with recipe " << recipe()
                                                << ", which scales the input per tensor: each request's output would "
                                                   "depend on the requests batched with it",
@@ -38,8 +38,10 @@ void Engine::set_batching(const BatchingOptions& options) {
                                                          << options.max_wait_us,
                        "max_batch_tokens must be at least 1 and max_wait_us at least 0");
     }
+    // Padding appends zero rows up to the token multiple: whole zero sequences where there is attention, since
+    // every request is whole sequences (check_input).
     const te::BatchPolicy policy{options.max_batch_tokens, options.max_wait_us, m.token_multiple(),
-                                 tokens_independent()};
+                                 m.per_token_recipe()};
     std::shared_ptr<te::RequestBatcher> off;
     {
       std::lock_guard<std::mutex> lock(m.batch_mu);

@@ -2,6 +2,7 @@
 // (building, staging, forward and training), engine_metrics.cpp, engine_explain.cpp, engine_device.cpp (forward on
 // caller-owned buffers) and engine_batching.cpp (dynamic batching of concurrent forward calls).
 #pragma once
+#include <numeric>
 #include <teengine/teengine.h>
 
 #include <chrono>
@@ -88,7 +89,13 @@ struct Engine::Impl {
   const te::ModelSpec& spec() const { return group->spec; }
   te::Device device() const { return group->ctxs[0]->device; }
   int world() const { return group->world(); }
-  int64_t token_multiple() const { return spec().parallel.sequence_parallel && world() > 1 ? world() : 1; }
+  // Ranks sharing the tokens under sequence parallelism (1 otherwise), and what the attention layers need: every
+  // token count a forward runs is a multiple of both.
+  int64_t sp_ranks() const { return spec().parallel.sequence_parallel && world() > 1 ? world() : 1; }
+  int64_t token_multiple() const { return std::lcm(sp_ranks(), te::sequence_multiple(spec())); }
+  // Whether the recipe quantizes the forward input per token (unquantized, or in blocks within a token), so that
+  // batching whole sequences does not change any of them (Engine::tokens_independent adds: no attention).
+  bool per_token_recipe() const;
   // run.executor: graph overlaps the collectives with compute; eager runs the same graph's nodes in order.
   bool overlaps() const { return spec().run.executor == te::ForwardExecutor::graph; }
   te::ModelGraphOptions forward_options() const { return {.overlap = overlaps()}; }
@@ -100,7 +107,7 @@ struct Engine::Impl {
   // The forward of x [tokens, hidden] through the token count's captured graph; returns a copy of the output
   // (the replay's own buffer is overwritten by the next replay).
   te::Tensor replay_forward(const te::Tensor& x);
-  int64_t local_tokens(int64_t tokens) const { return tokens / token_multiple(); }
+  int64_t local_tokens(int64_t tokens) const { return tokens / sp_ranks(); }
   // Every plan and capture holds the current models' parameters: after a load they are made again, lazily.
   void drop_graphs() {
     replays.clear();

@@ -98,6 +98,23 @@ std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, ParallelLine
   return {linear(*next, q), true};
 }
 
+int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& name) {
+  const AttentionSpec& a = l.attention;
+  const int64_t world = ctx.world();
+  Attrs layout{{"heads", a.heads / world},
+               {"kv_heads", a.kv_heads / world},
+               {"head_dim", a.head_dim},
+               {"seq", a.seq_len}};
+  if (a.rotary_base > 0) {
+    Attrs rope = layout;
+    qkv = b.add1(model_op(ModelOp::rope), {qkv}, rope.set("base", a.rotary_base).set("in_place", int64_t{0}),
+                 name + ".rope");
+  }
+  Attrs attn = layout;
+  attn.set("causal", a.causal).set("scale", a.softmax_scale);
+  return b.add(model_op(ModelOp::attention), {qkv}, attn, name)[0];
+}
+
 int ForwardBuilder::linear(ParallelLinear& l, int h) {
   const std::string name = linear_name(l);
   const ParallelLinear::Params& p = l.params();
@@ -142,6 +159,10 @@ int ForwardBuilder::model(RankModel& m, int x) {
       for (size_t i = 0; i < stages.size(); ++i) {
         if (stages[i].linear) {
           h = linear(*stages[i].linear, h);
+          continue;
+        }
+        if (stages[i].attention) {
+          h = attention(*stages[i].attention, h, TE_STR_("layers." << li << "." << stages[i].attention->name));
           continue;
         }
         ParallelLinear* next = i + 1 < stages.size() ? stages[i + 1].linear.get() : nullptr;

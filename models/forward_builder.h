@@ -3,8 +3,8 @@
 // (models/train_graph.h) build the same forward through it; training binds the fp32 masters as the parameters (their
 // gradients are what autograd builds) and records each linear's gradient format for the backward rules.
 //
-//   x [T/W, H] → per layer, per branch: norm → sp_gather | quantize → column_gemm → act(_quantize) → row_gemm
-//   → reduce → + x
+//   x [T/W, H] → per layer, per branch: norm → sp_gather | quantize → column_gemm → act(_quantize) | [rope →]
+//   attention → [quantize →] row_gemm → reduce → + x
 #pragma once
 #include <string>
 #include <utility>
@@ -36,6 +36,7 @@ struct ForwardBuilder {
   int weight_param(const ParallelLinear& l);
   Attrs attrs(int64_t linear, const ParallelLinear& l, bool quantized) const;
   std::pair<int, bool> activation(ActKind act, int h, ParallelLinear* next);
+  int attention(const LayerSpec& l, int qkv, const std::string& name);
   int linear(ParallelLinear& l, int h);
 };
 

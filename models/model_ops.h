@@ -42,6 +42,8 @@ std::vector<ValueType> infer_gemm(const Node& n, const std::vector<ValueType>& i
 std::vector<ValueType> infer_act(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_reduce(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_residual(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_rope(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_attention(const Node& n, const std::vector<ValueType>& in);
 
 void run_norm(KernelCall& c);
 void run_norm_quantize(KernelCall& c);
@@ -53,6 +55,8 @@ void run_act_quantize(KernelCall& c);
 void run_row_gemm(KernelCall& c);
 void run_reduce(KernelCall& c);
 void run_residual(KernelCall& c);
+void run_rope(KernelCall& c);
+void run_attention(KernelCall& c);
 
 // Backward rules (models/model_backward.cpp), calling the ParallelLinear backward phases.
 void backward_norm(BackwardBuilder& bb);
@@ -63,15 +67,20 @@ void backward_act(BackwardBuilder& bb);
 void backward_row_gemm(BackwardBuilder& bb);
 void backward_reduce(BackwardBuilder& bb);
 void backward_residual(BackwardBuilder& bb);
+// Attention's rows (models/attention_ops.cpp): their kernels own everything they need in their attributes.
+void backward_rope(BackwardBuilder& bb);
+void backward_attention(BackwardBuilder& bb);
 }  // namespace model_ops
 
 enum class ModelOp { norm, norm_quantize, sp_gather, quantize, column_gemm, act, act_quantize, row_gemm, reduce,
-                     residual_add };
+                     residual_add, rope, attention };
 
 // Inputs: norm (x, gamma[, beta]); column/row gemm (input, weight[, bias]); the others one value. The backward
 // rules append the op kinds of models/train_ops.h. norm_quantize runs only in inference (training keeps the norm
-// output in high precision for the backward re-gather), so it has no backward.
-inline constexpr std::array<OpDef, 10> kModelOps{{
+// output in high precision for the backward re-gather), so it has no backward. rope (qkv) → qkv turned (attributes
+// heads, kv_heads, head_dim, seq, base, inverse; the backward is rope inverted); attention (qkv) → (out, lse)
+// (attributes heads, kv_heads, head_dim, seq, causal, scale: this rank's heads; ops/attention/attention.h).
+inline constexpr std::array<OpDef, 12> kModelOps{{
     {"norm", -1, 1, StreamClass::compute, false, model_ops::infer_norm, model_ops::backward_norm, model_ops::run_norm},
     {"norm_quantize", -1, 1, StreamClass::compute, false, model_ops::infer_quantize, nullptr,
      model_ops::run_norm_quantize},
@@ -90,6 +99,9 @@ inline constexpr std::array<OpDef, 10> kModelOps{{
      model_ops::run_reduce},
     {"residual_add", 2, 1, StreamClass::compute, false, model_ops::infer_residual, model_ops::backward_residual,
      model_ops::run_residual},
+    {"rope", 1, 1, StreamClass::compute, false, model_ops::infer_rope, model_ops::backward_rope, model_ops::run_rope},
+    {"attention", 1, 2, StreamClass::compute, false, model_ops::infer_attention, model_ops::backward_attention,
+     model_ops::run_attention},
 }};
 
 inline const OpDef& model_op(ModelOp o) { return kModelOps[static_cast<size_t>(o)]; }

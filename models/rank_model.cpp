@@ -69,7 +69,11 @@ RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
           s.linear = std::make_unique<ParallelLinear>(mode, nk, eps, p, ctx);
           stages.push_back(std::move(s));
         };
-        if (l.kind == LayerKind::layernorm_mlp) {
+        if (l.kind == LayerKind::attention) {
+          Stage attention;
+          attention.attention = &l;
+          stages.push_back(std::move(attention));
+        } else if (l.kind == LayerKind::layernorm_mlp) {
           linear(ParallelMode::column, true, "fc1_weight", "fc1_bias");
           Stage act;
           act.act = act_kind(l.activation);

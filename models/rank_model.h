@@ -48,6 +48,7 @@ class RankModel {
   struct Stage {
     std::unique_ptr<ParallelLinear> linear;  // or an activation:
     std::optional<ActKind> act;
+    const LayerSpec* attention = nullptr;  // or an attention (global heads; the rank runs heads / world)
   };
   using BranchStages = std::vector<Stage>;
   std::vector<std::vector<BranchStages>>& layers() { return layers_; }  // [layer][branch]

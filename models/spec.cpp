@@ -1,5 +1,7 @@
 #include "models/spec.h"
 
+#include <numeric>
+
 #include <sstream>
 
 #include "engine/error.h"
@@ -45,6 +47,7 @@ std::vector<ParamSpec> parameter_specs(const ModelSpec& spec) {
   for (int i = 0; i < spec.model.layers; ++i)
     for (const Branch& br : spec.model.block)
       for (const LayerSpec& l : br) {
+        if (!l.has_params()) continue;
         const std::string base = "layers." + std::to_string(i) + "." + l.name + ".";
         auto add = [&](const std::string& n, Shape shape, ParamRole role, int shard_dim, bool gated = false) {
           out.push_back({base + n, std::move(shape), role, i, &l, shard_dim, gated});
@@ -75,6 +78,24 @@ Shape local_shape(const ParamSpec& p, int tp) {
   return s;
 }
 
+int64_t sequence_multiple(const ModelSpec& spec) {
+  int64_t m = 1;
+  for (const Branch& br : spec.model.block)
+    for (const LayerSpec& l : br)
+      if (l.kind == LayerKind::attention) m = std::lcm(m, l.attention.seq_len);
+  return m;
+}
+
+std::string attention_summary(const AttentionSpec& a) {
+  std::ostringstream o;
+  o << a.heads << " heads";
+  if (a.kv_heads != a.heads) o << " / " << a.kv_heads << " kv";
+  o << " of " << a.head_dim << ", seq " << a.seq_len << (a.causal ? ", causal" : "");
+  if (a.softmax_scale > 0) o << ", scale " << a.softmax_scale;
+  if (a.rotary_base > 0) o << ", rotary base " << a.rotary_base;
+  return o.str();
+}
+
 std::string describe_spec(const ModelSpec& spec) {
   std::ostringstream o;
   const auto& m = spec.model;
@@ -90,6 +111,8 @@ std::string describe_spec(const ModelSpec& spec) {
       o << (i ? " -> " : "") << layer_kind_name(l.kind) << " " << l.name << " [" << l.in << " -> ";
       if (l.kind == LayerKind::layernorm_mlp)
         o << l.ffn << " " << activation_name(l.activation) << " -> " << l.out << "] (FC1 column, FC2 row)";
+      else if (l.kind == LayerKind::attention)
+        o << l.out << "] (" << attention_summary(l.attention) << ", heads split)";
       else
         o << l.out << "] (" << parallel_mode_name(l.mode) << ")";
     }

@@ -7,7 +7,8 @@
 //     dtype: bf16                              # f32 | bf16 | f16
 //     norm: {type: layernorm, eps: 1.0e-5}     # layernorm | rmsnorm
 //     block:                                   # residual branches: x = x + branch(x), in order
-//       - [ {layernorm_linear: {name: qkv, out: 768}}, {linear: {name: proj, out: 256}} ]
+//       - [ {layernorm_linear: {name: qkv, out: 768}}, {attention: {name: attn, heads: 4, seq_len: 128}},
+//           {linear: {name: proj, out: 256}} ]
 //       - [ {layernorm_mlp: {name: mlp, ffn: 1024, activation: gelu}} ]   # gelu | swiglu | relu
 //   parallel: {tp: 4, sequence_parallel: true, comm: auto, timeout_s: 300}  # auto | local | gloo | nccl
 //   precision: {recipe: fp8_block}             # none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
@@ -24,7 +25,9 @@
 //
 // Parallel layout (Megatron): within a branch, layernorm_linear/linear alternate column-parallel (weight rows split
 // by rank) then row-parallel (weight columns split, output reduced); layernorm_mlp is FC1 column, FC2 row. A branch
-// must end row-parallel (or with layernorm_mlp) at `hidden` features so the residual add sees the full width.
+// must end row-parallel (or with layernorm_mlp) at `hidden` features so the residual add sees the full width. An
+// attention sits between a column-parallel QKV projection and the row-parallel output projection: each rank runs
+// its own heads, with no communication of its own.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -39,7 +42,7 @@
 namespace te {
 
 enum class NormType : uint8_t { layernorm, rmsnorm };
-enum class LayerKind : uint8_t { layernorm_linear, linear, layernorm_mlp };
+enum class LayerKind : uint8_t { layernorm_linear, linear, layernorm_mlp, attention };
 enum class Activation : uint8_t { gelu, swiglu, relu };
 // How a linear's weight [out, in] is split over the tp ranks: column = rows (out) split, row = columns (in) split.
 enum class ParallelMode : uint8_t { column, row };
@@ -61,6 +64,18 @@ std::string_view run_mode_name(RunMode v);
 std::string_view optimizer_type_name(OptimizerType v);
 std::optional<Recipe> recipe_from_name(std::string_view name);
 
+// Self-attention over the QKV projection before it (ops/attention/attention.h has the QKV layout): tokens are
+// batch-major sequences of seq_len, so every token count the model runs must be a multiple of it.
+struct AttentionSpec {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;     // grouped-query attention when fewer than heads; default heads
+  int64_t head_dim = 0;     // default: the QKV projection's out / (heads + 2 · kv_heads)
+  int64_t seq_len = 0;
+  bool causal = true;
+  double softmax_scale = 0.0;  // 0: 1 / sqrt(head_dim)
+  double rotary_base = 0.0;    // rotary position embedding on queries and keys; 0: none
+};
+
 struct LayerSpec {
   LayerKind kind = LayerKind::linear;
   std::string name;    // unique within the block; parameters live under layers.{i}.{name}.
@@ -69,10 +84,13 @@ struct LayerSpec {
   int64_t out = 0;     // output features (global); layernorm_mlp: == in
   int64_t ffn = 0;     // layernorm_mlp: FC1 output features per half (swiglu: FC1 has 2·ffn rows)
   Activation activation = Activation::gelu;  // layernorm_mlp
+  AttentionSpec attention;                   // attention
   bool bias = true;                          // optional key `bias: false` drops every bias of the layer
-  // layernorm_linear/linear: column or row. layernorm_mlp: column (its FC1; FC2 is always row).
+  // layernorm_linear/linear: column or row. layernorm_mlp: column (its FC1; FC2 is always row). attention: column
+  // (its heads are split over the ranks).
   ParallelMode mode = ParallelMode::column;
-  bool has_norm() const { return kind != LayerKind::linear; }
+  bool has_norm() const { return kind == LayerKind::layernorm_linear || kind == LayerKind::layernorm_mlp; }
+  bool has_params() const { return kind != LayerKind::attention; }
 };
 
 using Branch = std::vector<LayerSpec>;
@@ -199,6 +217,13 @@ SpecOverride parse_override(const std::string& arg);
 ModelSpec load_spec_file(const std::string& path, const std::vector<std::string>& sets = {});
 // As load_spec_file, from text; `source` names it in messages (and its directory resolves relative weights).
 ModelSpec parse_spec(std::string_view yaml, const std::string& source, const std::vector<std::string>& sets = {});
+
+// What every token count the model runs must be a multiple of for its attention layers: the least common multiple
+// of their seq_len (1 without attention).
+int64_t sequence_multiple(const ModelSpec& spec);
+
+// "4 heads / 2 kv of 64, seq 128, causal, rotary base 10000": what an attention layer computes.
+std::string attention_summary(const AttentionSpec& a);
 
 // A short human description (layers, shapes, parallel layout) for `teengine run --explain`.
 std::string describe_spec(const ModelSpec& spec);

@@ -47,6 +47,45 @@ bool valid_name(const std::string& s) {
 
 // ---- model.block -------------------------------------------------------------------------------------------------
 
+// An attention reads the column-parallel QKV projection before it (whose out fixes head_dim when the spec leaves
+// it out) and gives heads · head_dim features, still split over the ranks by head.
+void check_attention(const Ctx& c, LayerSpec& l, const YAML::Node& node, const LayerSpec* prev, int tp) {
+  AttentionSpec& a = l.attention;
+  const std::string ap = l.path + ".attention";
+  const YAML::Node f = node["attention"];
+  if (!prev || prev->mode != ParallelMode::column || prev->kind == LayerKind::attention ||
+      prev->kind == LayerKind::layernorm_mlp)
+    c.fail(node, l.path,
+           "attention '" + l.name + "' must follow the QKV projection, a column-parallel layernorm_linear or linear",
+           "write [ {layernorm_linear: {name: qkv, out: (heads + 2 · kv_heads) · head_dim}}, {attention: {...}}, "
+           "{linear: {name: proj, out: hidden}} ]");
+  if (a.kv_heads % tp != 0)
+    c.fail(f[f["kv_heads"] ? "kv_heads" : "heads"], ap + (f["kv_heads"] ? ".kv_heads" : ".heads"),
+           "kv_heads " + std::to_string(a.kv_heads) + " is not divisible by tp " + std::to_string(tp) +
+               " (each rank runs whole key/value groups)",
+           "use a multiple of parallel.tp key/value heads, or change tp");
+  const int64_t qkv = prev->out, per_head = a.heads + 2 * a.kv_heads;
+  if (a.head_dim == 0) {
+    if (qkv % per_head != 0)
+      c.fail(node, l.path,
+             "the QKV projection '" + prev->name + "' gives " + std::to_string(qkv) + " features, not a multiple of " +
+                 "heads + 2 · kv_heads = " + std::to_string(per_head),
+             "set " + prev->name + "'s out to (heads + 2 · kv_heads) · head_dim, e.g. " + std::to_string(per_head * 64));
+    a.head_dim = qkv / per_head;
+  } else if (per_head * a.head_dim != qkv) {
+    c.fail(f["head_dim"], ap + ".head_dim",
+           "heads " + std::to_string(a.heads) + ", kv_heads " + std::to_string(a.kv_heads) + " and head_dim " +
+               std::to_string(a.head_dim) + " read " + std::to_string(per_head * a.head_dim) +
+               " QKV features, but '" + prev->name + "' gives " + std::to_string(qkv),
+           "set " + prev->name + "'s out to " + std::to_string(per_head * a.head_dim) + " or leave head_dim out");
+  }
+  if (a.rotary_base > 0 && a.head_dim % 2 != 0)
+    c.fail(f["rotary"], ap + ".rotary", "rotary embedding needs an even head_dim, got " + std::to_string(a.head_dim),
+           "use an even head_dim (e.g. 64 or 128), or rotary: false");
+  l.in = qkv;
+  l.out = a.heads * a.head_dim;
+}
+
 // Column/row assignment and the shape flow through one branch (see spec.h).
 void check_branch_flow(const Ctx& c, Branch& br, const std::vector<YAML::Node>& nodes, const std::string& path,
                        const YAML::Node& branch_node, int64_t hidden, int tp) {
@@ -57,6 +96,12 @@ void check_branch_flow(const Ctx& c, Branch& br, const std::vector<YAML::Node>& 
     const std::string kind(layer_kind_name(l.kind));
     const std::string lp = l.path + "." + kind;
     l.in = cur;
+    if (l.kind == LayerKind::attention) {
+      check_attention(c, l, nodes[i], i > 0 ? &br[i - 1] : nullptr, tp);
+      l.mode = ParallelMode::column;
+      cur = l.out;
+      continue;
+    }
     if (l.kind == LayerKind::layernorm_mlp) {
       if (sharded)
         c.fail(nodes[i], l.path, "layernorm_mlp '" + l.name + "' follows column-parallel '" + br[i - 1].name +
@@ -101,6 +146,40 @@ void check_branch_flow(const Ctx& c, Branch& br, const std::vector<YAML::Node>& 
            "set the last layer's out to " + std::to_string(hidden));
 }
 
+void read_attention(const Ctx& c, Fields& f, AttentionSpec& a) {
+  a.heads = read_int(c, f.require("heads", "set heads: the number of query heads"), f.sub("heads"), 1, 65536,
+                     "heads is the number of query heads");
+  a.kv_heads = a.heads;
+  if (f.has("kv_heads")) {
+    a.kv_heads = read_int(c, f.get("kv_heads"), f.sub("kv_heads"), 1, a.heads, "kv_heads is at most heads");
+    if (a.heads % a.kv_heads != 0)
+      c.fail(f.get("kv_heads"), f.sub("kv_heads"),
+             "kv_heads " + std::to_string(a.kv_heads) + " does not divide heads " + std::to_string(a.heads),
+             "every key/value head serves the same number of query heads: pick a divisor of heads");
+  }
+  if (f.has("head_dim"))
+    a.head_dim = read_int(c, f.get("head_dim"), f.sub("head_dim"), 1, 4096, "head_dim is one head's width");
+  a.seq_len = read_int(c, f.require("seq_len", "set seq_len: the tokens of one sequence (tokens = batch × seq_len)"),
+                       f.sub("seq_len"), 1, kMaxTokens, "seq_len is the tokens of one sequence");
+  if (f.has("causal")) a.causal = read_bool(c, f.get("causal"), f.sub("causal"));
+  if (f.has("softmax_scale")) {
+    a.softmax_scale = read_float(c, f.get("softmax_scale"), f.sub("softmax_scale"));
+    if (!(a.softmax_scale > 0 && std::isfinite(a.softmax_scale)))
+      c.fail(f.get("softmax_scale"), f.sub("softmax_scale"), "must be a positive number",
+             "leave it out for 1 / sqrt(head_dim)");
+  }
+  const bool rotary = f.has("rotary") && read_bool(c, f.get("rotary"), f.sub("rotary"));
+  if (f.has("rotary_base") && !rotary)
+    c.fail(f.get("rotary_base"), f.sub("rotary_base"), "rotary_base is set but rotary is not",
+           "add rotary: true, or remove rotary_base");
+  if (rotary) a.rotary_base = 10000.0;
+  if (f.has("rotary_base")) {
+    a.rotary_base = read_float(c, f.get("rotary_base"), f.sub("rotary_base"));
+    if (!(a.rotary_base > 1 && std::isfinite(a.rotary_base)))
+      c.fail(f.get("rotary_base"), f.sub("rotary_base"), "must be a number above 1", "the usual base is 10000");
+  }
+}
+
 LayerSpec read_layer(const Ctx& c, const YAML::Node& item, const std::string& path, int tp) {
   std::vector<std::string> kinds;
   for (const auto& [n, k] : kKinds) kinds.push_back(n);
@@ -122,7 +201,9 @@ LayerSpec read_layer(const Ctx& c, const YAML::Node& item, const std::string& pa
     c.fail(name, f.sub("name"), quoted_value(l.name) + " is not a valid layer name",
            "use letters, digits and '_' (not starting with a digit), at most 64 characters");
   if (f.has("bias")) l.bias = read_bool(c, f.get("bias"), f.sub("bias"));
-  if (l.kind == LayerKind::layernorm_mlp) {
+  if (l.kind == LayerKind::attention) {
+    read_attention(c, f, l.attention);
+  } else if (l.kind == LayerKind::layernorm_mlp) {
     l.ffn = read_int(c, f.require("ffn", "set ffn: the MLP width, e.g. 4 × hidden"), f.sub("ffn"), 1, kMaxFeatures,
                      "ffn is the MLP width, e.g. 4 × hidden");
     if (l.ffn % tp != 0)
@@ -407,6 +488,18 @@ ModelSpec validate(const Ctx& c, const YAML::Node& root) {
            "use tokens " + std::to_string(t / tp * tp > 0 ? t / tp * tp : tp) + " or " +
                std::to_string((t / tp + 1) * tp) + ", or set parallel.sequence_parallel: false");
   }
+  for (const Branch& br : s.model.block)
+    for (const LayerSpec& l : br)
+      if (l.kind == LayerKind::attention && s.run.tokens % l.attention.seq_len != 0) {
+        const bool explicit_tokens = top.has("run") && top.get("run").IsMap() && top.get("run")["tokens"];
+        const int64_t t = s.run.tokens, n = l.attention.seq_len;
+        c.fail(explicit_tokens ? YAML::Node(top.get("run")["tokens"]) : top.get("model"),
+               explicit_tokens ? "run.tokens" : l.path + ".attention.seq_len",
+               "tokens " + std::to_string(t) + " are not whole sequences of seq_len " + std::to_string(n) +
+                   " (attention '" + l.name + "')",
+               "use tokens " + (t / n > 0 ? std::to_string(t / n * n) + " or " : std::string()) +
+                   std::to_string((t / n + 1) * n) + " (batch × seq_len)");
+      }
   if (top.has("weights")) {
     const YAML::Node w = top.get("weights");
     if (!w.IsNull()) {

@@ -18,7 +18,8 @@ using Table = std::vector<std::pair<std::string, E>>;
 inline const Table<NormType> kNorms = {{"layernorm", NormType::layernorm}, {"rmsnorm", NormType::rmsnorm}};
 inline const Table<LayerKind> kKinds = {{"layernorm_linear", LayerKind::layernorm_linear},
                                  {"linear", LayerKind::linear},
-                                 {"layernorm_mlp", LayerKind::layernorm_mlp}};
+                                 {"layernorm_mlp", LayerKind::layernorm_mlp},
+                                 {"attention", LayerKind::attention}};
 inline const Table<Activation> kActs = {{"gelu", Activation::gelu}, {"swiglu", Activation::swiglu}, {"relu", Activation::relu}};
 inline const Table<ParallelMode> kModes = {{"column", ParallelMode::column}, {"row", ParallelMode::row}};
 inline const Table<CommBackend> kComms = {{"auto", CommBackend::automatic}, {"local", CommBackend::local},
@@ -50,6 +51,9 @@ inline constexpr std::string_view kNormKeys[] = {"type", "eps"};
 // A layer is a one-key map {KIND: {...}}; its kinds are kKinds. The keys inside, per kind:
 inline constexpr std::string_view kLinearKeys[] = {"name", "bias", "out"};                  // layernorm_linear, linear
 inline constexpr std::string_view kMlpKeys[] = {"name", "bias", "ffn", "activation"};       // layernorm_mlp
+inline constexpr std::string_view kAttentionKeys[] = {"name",    "heads",         "kv_heads", "head_dim",
+                                                      "seq_len", "causal",        "softmax_scale",
+                                                      "rotary",  "rotary_base"};
 inline constexpr std::string_view kParallelKeys[] = {"tp", "sequence_parallel", "comm", "timeout_s"};
 inline constexpr std::string_view kPrecisionKeys[] = {"recipe",    "fp8_format",  "amax_history_len", "amax_algo",
                                                       "margin",    "pow2_scales", "amax_epsilon"};
@@ -74,6 +78,7 @@ inline constexpr SpecMap kSpecMaps[] = {
     {"model.block[b][i].layernorm_linear", kLinearKeys},
     {"model.block[b][i].linear", kLinearKeys},
     {"model.block[b][i].layernorm_mlp", kMlpKeys},
+    {"model.block[b][i].attention", kAttentionKeys},
     {"parallel", kParallelKeys},
     {"precision", kPrecisionKeys},
     {"run", kRunKeys},

@@ -37,6 +37,7 @@ void run_wgrad_input(KernelCall& c);
 void run_dgrad(KernelCall& c);
 void run_wgrad(KernelCall& c);
 void run_act_backward(KernelCall& c);
+void run_attention_backward(KernelCall& c);
 void run_mse_loss(KernelCall& c);
 void backward_mse_loss(BackwardBuilder& bb);
 void run_sum_all_reduce(KernelCall& c);
@@ -55,6 +56,7 @@ enum class TrainOp {
   dgrad,
   wgrad,
   act_backward,
+  attention_backward,
   mse_loss,
   sum_all_reduce,
   loss_gate,
@@ -67,9 +69,10 @@ enum class TrainOp {
 //   regather (h, dy_q) → [T, K] column-wise (dy_q orders it after the gradient, overlapping the dgrad GEMM)
 //   wgrad_input (x, dy_q) → x column-wise   dgrad (dy_q, W) → dx     wgrad (dy_q, x_col, W) → dW
 //   act_backward (dy, pre) → dpre           mse_loss (out, target) → (Σ (out − target)², its gradient)
+//   attention_backward (dout, qkv, out, lse) → dqkv (the forward node's attributes)
 //   sum_all_reduce (t) → t summed over the group, in place   loss_gate (sum, grad) → grad (reads the loss)
 //   optimizer (every final gradient) → nothing: the fp32 masters, optimizer state and model-dtype copies change
-inline constexpr std::array<OpDef, 14> kTrainOps{{
+inline constexpr std::array<OpDef, 15> kTrainOps{{
     {"layernorm_backward", 4, 3, StreamClass::compute, false, train_ops::infer_norm_backward, nullptr,
      train_ops::run_norm_backward},
     {"rmsnorm_backward", 3, 2, StreamClass::compute, false, train_ops::infer_norm_backward, nullptr,
@@ -86,6 +89,8 @@ inline constexpr std::array<OpDef, 14> kTrainOps{{
     {"wgrad", 3, 1, StreamClass::compute, false, train_ops::infer_wgrad, nullptr, train_ops::run_wgrad},
     {"act_backward", 2, 1, StreamClass::compute, false, train_ops::infer_type_of_input1, nullptr,
      train_ops::run_act_backward},
+    {"attention_backward", 4, 1, StreamClass::compute, false, train_ops::infer_type_of_input1, nullptr,
+     train_ops::run_attention_backward},
     {"mse_loss", 2, 2, StreamClass::compute, false, train_ops::infer_mse_loss, train_ops::backward_mse_loss,
      train_ops::run_mse_loss},
     {"sum_all_reduce", 1, 1, StreamClass::comm, false, train_ops::infer_same, nullptr, train_ops::run_sum_all_reduce},

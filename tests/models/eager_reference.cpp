@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "comm/gather.h"
+#include "engine/error.h"
 #include "ops/act/act.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/elementwise/squared_error.h"
@@ -22,6 +23,8 @@ Tensor run_branch(RankModel& m, BranchStages& b, const Tensor& x, std::vector<Te
       h = b[i].linear->forward(h, ctx);
       continue;
     }
+    TE_CHECK(b[i].act.has_value(), "the eager reference has no attention: test attention models against the "
+                                   "attention reference and other tensor-parallel layouts instead");
     if (ctx.training) act_in[i] = h;
     const ActKind act = *b[i].act;
     if (i + 1 < b.size() && b[i + 1].linear)  // the activation feeds FC2: FC2 fuses it

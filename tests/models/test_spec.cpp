@@ -111,7 +111,7 @@ model: {hidden: 64, norm: rmsnorm,
 }
 
 TEST(Spec, ShippedModelsParse) {
-  for (const char* f : {"tiny.yaml", "sp-fallback.yaml", "h200-mlp.yaml"}) {
+  for (const char* f : {"tiny.yaml", "sp-fallback.yaml", "h200-mlp.yaml", "transformer.yaml"}) {
     SCOPED_TRACE(f);
     ModelSpec s = load_spec_file(test::model_path(f));
     EXPECT_FALSE(parameter_specs(s).empty());
@@ -127,6 +127,13 @@ TEST(Spec, ShippedModelsParse) {
   EXPECT_EQ(big.model.hidden, 4096);
   EXPECT_EQ(big.model.block[0][0].ffn, 16384);
   EXPECT_EQ(big.run.tokens, 8192);
+  ModelSpec tf = load_spec_file(test::model_path("transformer.yaml"));
+  const AttentionSpec& a = tf.model.block[0][1].attention;
+  EXPECT_EQ(tf.model.block[0][1].kind, LayerKind::attention);
+  EXPECT_EQ(a.head_dim, 32);  // from the QKV projection's 512 = (8 + 2·4)·32
+  EXPECT_DOUBLE_EQ(a.rotary_base, 10000.0);
+  EXPECT_EQ(tf.model.block[0][2].in, 256);  // proj reads 8 heads of 32
+  EXPECT_EQ(sequence_multiple(tf), 128);
 }
 
 TEST(Spec, OverridesApplyBeforeValidation) {

@@ -1,0 +1,101 @@
+// Public entry points of attention and rotary embedding: checks, contiguous inputs, then the CPU reference.
+#include "ops/attention/attention.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "ops/attention/attention_impl.h"
+#include "ops/attention/rope.h"
+
+namespace te {
+namespace {
+
+std::string attention_desc(const Tensor& t) { return t.defined() ? t.str() : std::string("undefined"); }
+
+// A tensor the caller allocated for a result: contiguous, of the shape and dtype expected, on x's device.
+void check_attention_result(const Tensor& t, const Shape& shape, DType dtype, const Tensor& like, const char* op,
+                  const char* what) {
+  TE_CHECK_HINT(t.defined() && t.shape() == shape && t.dtype() == dtype && t.is_contiguous() &&
+                    t.device() == like.device(),
+                op << ": " << what << " must be a contiguous " << shape_str(shape) << " " << dtype_name(dtype)
+                   << " tensor on " << like.device().str() << "; got " << attention_desc(t),
+                "allocate it with Tensor::empty");
+}
+
+void check_attention_qkv(const AttentionLayout& l, const Tensor& qkv, const char* op) {
+  TE_CHECK_HINT(qkv.defined() && qkv.dim() == 2 && is_high_precision(qkv.dtype()),
+                op << ": qkv must be a 2-D f32/bf16/f16 tensor; got " << attention_desc(qkv), "cast it with te::cast first");
+  check_attention_layout(l, qkv.size(0), qkv.size(1));
+  // There is no CUDA attention kernel yet: say so rather than read device memory on the host.
+  TE_CHECK_HINT(qkv.device().is_cpu(),
+                op << ": attention runs on the CPU only in this build; got " << qkv.str(),
+                "run the model on the CPU (run.device: cpu)");
+}
+
+float attention_scale(const AttentionLayout& l, const AttentionOptions& o) {
+  return o.scale > 0.f ? o.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim));
+}
+
+}  // namespace
+
+void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols) {
+  TE_CHECK(l.heads >= 1 && l.kv_heads >= 1 && l.head_dim >= 1 && l.seq >= 1 && l.heads % l.kv_heads == 0,
+           "attention: heads " << l.heads << ", kv_heads " << l.kv_heads << ", head_dim " << l.head_dim << ", seq "
+                               << l.seq << " (all positive, kv_heads dividing heads)");
+  TE_CHECK_HINT(qkv_cols == l.qkv_cols(),
+                "attention: a QKV row of " << qkv_cols << " columns, but " << l.heads << " query and " << l.kv_heads
+                                           << " key/value heads of " << l.head_dim << " need " << l.qkv_cols(),
+                "the QKV projection's out must be (heads + 2 · kv_heads) · head_dim");
+  TE_CHECK_HINT(tokens % l.seq == 0,
+                "attention: " << tokens << " tokens are not whole sequences of " << l.seq,
+                "give a token count that is a multiple of the sequence length");
+}
+
+void attention_forward(const AttentionLayout& l, const AttentionOptions& o, const Tensor& qkv, Tensor& out,
+                       Tensor& lse, const Stream& stream) {
+  check_attention_qkv(l, qkv, "attention_forward");
+  const int64_t T = qkv.size(0);
+  check_attention_result(out, {T, l.out_cols()}, qkv.dtype(), qkv, "attention_forward", "out");
+  check_attention_result(lse, {T / l.seq, l.heads, l.seq}, DType::f32, qkv, "attention_forward", "lse");
+  if (T == 0) return;
+  const Tensor x = qkv.contiguous(stream);
+  cpu::attention_forward(l, o.causal, attention_scale(l, o), T, x.data_ptr(), x.dtype(), out.data_ptr(),
+                         static_cast<float*>(lse.data_ptr()));
+}
+
+void attention_backward(const AttentionLayout& l, const AttentionOptions& o, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& out, const Tensor& lse, Tensor& dqkv, const Stream& stream) {
+  check_attention_qkv(l, qkv, "attention_backward");
+  const int64_t T = qkv.size(0);
+  const Shape oshape{T, l.out_cols()};
+  for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&dout, "dout"}, {&out, "out"}})
+    TE_CHECK_HINT(t->defined() && t->shape() == oshape && t->dtype() == qkv.dtype() && t->device() == qkv.device(),
+                  "attention_backward: " << what << " must be " << shape_str(oshape) << " "
+                                         << dtype_name(qkv.dtype()) << " on " << qkv.device().str() << "; got "
+                                         << attention_desc(*t),
+                  "pass the forward's output and its gradient in the model dtype");
+  TE_CHECK(lse.defined() && lse.shape() == Shape({T / l.seq, l.heads, l.seq}) && lse.dtype() == DType::f32,
+           "attention_backward: lse must be the forward's [" << T / l.seq << ", " << l.heads << ", " << l.seq
+                                                             << "] f32 statistics; got " << attention_desc(lse));
+  check_attention_result(dqkv, qkv.shape(), qkv.dtype(), qkv, "attention_backward", "dqkv");
+  if (T == 0) return;
+  const Tensor x = qkv.contiguous(stream), dy = dout.contiguous(stream), y = out.contiguous(stream),
+               s = lse.contiguous(stream);
+  cpu::attention_backward(l, o.causal, attention_scale(l, o), T, dy.data_ptr(), x.data_ptr(), y.data_ptr(),
+                          static_cast<const float*>(s.data_ptr()), x.dtype(), dqkv.data_ptr());
+}
+
+void rope_apply(const AttentionLayout& l, double base, bool inverse, const Tensor& qkv, Tensor& out,
+                const Stream& stream) {
+  check_attention_qkv(l, qkv, "rope_apply");
+  TE_CHECK_HINT(l.head_dim % 2 == 0 && base > 1.0,
+                "rope_apply: rotary embedding needs an even head_dim and a base above 1; got head_dim "
+                    << l.head_dim << ", base " << base,
+                "use an even head_dim (e.g. 64 or 128) and the usual base 10000");
+  check_attention_result(out, qkv.shape(), qkv.dtype(), qkv, "rope_apply", "out");
+  if (qkv.size(0) == 0) return;
+  const Tensor x = qkv.contiguous(stream);
+  cpu::rope_apply(l, static_cast<float>(base), inverse, qkv.size(0), x.data_ptr(), x.dtype(), out.data_ptr());
+}
+
+}  // namespace te

@@ -1,0 +1,55 @@
+// Scaled-dot-product attention over a fused QKV projection, forward and backward (CPU reference; the CUDA path is
+// not in this build, and a CUDA tensor gets an error saying so). Rotary embedding: ops/attention/rope.h.
+//
+// Tokens are batch-major: token t is position t % seq of sequence t / seq, so T = batch × seq. The QKV row of a
+// token is TransformerEngine's interleaved layout (MultiheadAttention's default, which a tensor-parallel rank can
+// slice by contiguous rows): for each key/value group g of `kv_heads`, the r = heads / kv_heads query heads of the
+// group, then the group's key, then its value, each `head_dim` wide:
+//
+//   qkv [T, kv_heads · (r + 2) · head_dim]   query head h reads group h / r
+//   out [T, heads · head_dim]                head h at columns [h · head_dim, (h + 1) · head_dim)
+//   lse [batch, heads, seq] f32              log Σ_j exp(score_ij): the softmax statistics the backward reads
+//
+// Scores are scale · q_i · k_j (f32 accumulation), masked to j ≤ i when causal; the softmax subtracts the row's
+// maximum; out is Σ_j softmax_ij v_j rounded once to out's dtype. The backward recomputes the probabilities from
+// lse (flash-attention style) and accumulates dq, dk, dv in f32 (a group's key/value gradients summed over its
+// query heads in head order), rounded once into dqkv: deterministic, and the same bytes for a head whichever
+// tensor-parallel rank computes it.
+#pragma once
+#include <cstdint>
+
+#include "engine/stream.h"
+#include "engine/tensor.h"
+
+namespace te {
+
+struct AttentionLayout {
+  int64_t heads = 1;     // query heads
+  int64_t kv_heads = 1;  // key/value heads (grouped-query attention when fewer); divides heads
+  int64_t head_dim = 1;
+  int64_t seq = 1;       // tokens per sequence
+  int64_t qkv_cols() const { return kv_heads * (heads / kv_heads + 2) * head_dim; }
+  int64_t out_cols() const { return heads * head_dim; }
+  // Column of query head h's first element in a QKV row; of group g's key and value.
+  int64_t q_col(int64_t h) const { return ((h / group()) * (group() + 2) + h % group()) * head_dim; }
+  int64_t k_col(int64_t g) const { return (g * (group() + 2) + group()) * head_dim; }
+  int64_t v_col(int64_t g) const { return k_col(g) + head_dim; }
+  int64_t group() const { return heads / kv_heads; }
+};
+
+struct AttentionOptions {
+  bool causal = true;
+  float scale = 0.0f;  // softmax scale; 0: 1 / sqrt(head_dim)
+};
+
+// Checks a layout against a QKV tensor of `tokens` rows (a te::Error naming what disagrees).
+void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols);
+
+// out [T, heads·head_dim] (qkv's dtype) and lse [T/seq, heads, seq] f32, both contiguous and preallocated.
+void attention_forward(const AttentionLayout& l, const AttentionOptions& o, const Tensor& qkv, Tensor& out,
+                       Tensor& lse, const Stream& stream = Stream());
+// dqkv [T, qkv_cols] (qkv's dtype) from dout (out's shape and dtype) and the forward's qkv, out and lse.
+void attention_backward(const AttentionLayout& l, const AttentionOptions& o, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& out, const Tensor& lse, Tensor& dqkv, const Stream& stream = Stream());
+
+}  // namespace te

@@ -1,0 +1,189 @@
+// Attention and rotary embedding on the CPU against the float64 reference of tests/common/attention_reference.h
+// (written independently of the kernel), gradients against central finite differences of that reference, and the
+// properties the model relies on: a tensor-parallel rank's slice of the QKV columns gives exactly
+// the bytes of the same heads computed whole, and the rotary embedding's inverse undoes it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/attention_reference.h"
+#include "ops/attention/attention.h"
+#include "ops/attention/rope.h"
+#include "ops_test_util.h"
+
+namespace te {
+namespace {
+using namespace test;
+
+struct AttnCase {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  bool causal;
+  double rope_base;  // 0: no rotary embedding
+  DType dtype;
+};
+
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << c.batch << "x" << c.seq << " tokens, " << c.heads << "/" << c.kv_heads << " heads of " << c.head_dim;
+}
+
+std::string attn_case_name(const ::testing::TestParamInfo<AttnCase>& i) {
+  const AttnCase& c = i.param;
+  return "b" + std::to_string(c.batch) + "_s" + std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "kv" +
+         std::to_string(c.kv_heads) + "_d" + std::to_string(c.head_dim) + (c.causal ? "_causal" : "_full") +
+         (c.rope_base > 0 ? "_rope" : "") + "_" + std::string(dtype_name(c.dtype));
+}
+
+AttentionLayout attn_layout_of(const AttnCase& c) { return {c.heads, c.kv_heads, c.head_dim, c.seq}; }
+
+std::vector<double> attention_ref_forward(const AttnCase& c, const std::vector<double>& qkv) {
+  return attention_reference::forward({c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.causal, c.rope_base}, qkv);
+}
+
+// The kernel pipeline under test: rope (optional) then attention; the backward in reverse.
+struct KernelRun {
+  Tensor roped, out, lse, dqkv;
+};
+KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout) {
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t T = c.batch * c.seq;
+  KernelRun r;
+  r.roped = qkv;
+  if (c.rope_base > 0) {
+    r.roped = Tensor::empty(qkv.shape(), qkv.dtype());
+    rope_apply(l, c.rope_base, false, qkv, r.roped);
+  }
+  r.out = Tensor::empty({T, l.out_cols()}, qkv.dtype());
+  r.lse = Tensor::empty({c.batch, c.heads, c.seq}, DType::f32);
+  attention_forward(l, {c.causal}, r.roped, r.out, r.lse);
+  if (dout) {
+    r.dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
+    attention_backward(l, {c.causal}, *dout, r.roped, r.out, r.lse, r.dqkv);
+    if (c.rope_base > 0) rope_apply(l, c.rope_base, true, r.dqkv, r.dqkv);  // in place
+  }
+  return r;
+}
+
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTest, ForwardMatchesFloat64AndBackwardMatchesFiniteDifferences) {
+  const AttnCase c = GetParam();
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t T = c.batch * c.seq;
+  const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 7 + c.seq, Device::cpu(), Layout::contiguous);
+  const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 9 + c.seq, Device::cpu(), Layout::contiguous);
+  const KernelRun r = run_kernels(c, qkv, &dout);
+  std::vector<double> x = to_f64(qkv);
+  EXPECT_LE(rel_l2(attention_ref_forward(c, x), r.out.to_f32_vector()), tol_for(c.dtype));
+
+  // d/dqkv of Σ dout ⊙ out, centrally differenced in float64 (bf16/f16 inputs are exact there).
+  const std::vector<double> w = to_f64(dout);
+  std::vector<double> g(x.size());
+  const double step = 1e-5;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    double loss[2];
+    for (int s = 0; s < 2; ++s) {
+      x[i] = keep + (s ? -step : step);
+      const std::vector<double> y = attention_ref_forward(c, x);
+      loss[s] = 0;
+      for (size_t j = 0; j < y.size(); ++j) loss[s] += w[j] * y[j];
+    }
+    x[i] = keep;
+    g[i] = (loss[0] - loss[1]) / (2 * step);
+  }
+  EXPECT_LE(rel_l2(g, r.dqkv.to_f32_vector()), c.dtype == DType::f32 ? kTolFiniteDiff : tol_for(c.dtype));
+}
+
+TEST_P(AttentionTest, RankSliceGivesTheSameBytesAsTheWholeHeads) {
+  const AttnCase c = GetParam();
+  if (c.kv_heads % 2 != 0) GTEST_SKIP() << "one key/value group cannot be split over two ranks";
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t T = c.batch * c.seq;
+  const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 11, Device::cpu(), Layout::contiguous);
+  const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 12, Device::cpu(), Layout::contiguous);
+  const KernelRun whole = run_kernels(c, qkv, &dout);
+  AttnCase half = c;
+  half.heads /= 2;
+  half.kv_heads /= 2;
+  for (int rank = 0; rank < 2; ++rank) {
+    const Tensor q = qkv.narrow(1, rank * l.qkv_cols() / 2, l.qkv_cols() / 2).contiguous();
+    const Tensor d = dout.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous();
+    const KernelRun part = run_kernels(half, q, &d);
+    EXPECT_EQ(bytes_of(part.out), bytes_of(whole.out.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous()));
+    EXPECT_EQ(bytes_of(part.lse), bytes_of(whole.lse.narrow(1, rank * c.heads / 2, c.heads / 2).contiguous()));
+    EXPECT_EQ(bytes_of(part.dqkv),
+              bytes_of(whole.dqkv.narrow(1, rank * l.qkv_cols() / 2, l.qkv_cols() / 2).contiguous()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, AttentionTest,
+    ::testing::Values(AttnCase{2, 13, 4, 2, 8, true, 0, DType::f32},     // grouped-query, causal
+                      AttnCase{2, 13, 4, 2, 8, false, 0, DType::f32},    // not causal
+                      AttnCase{1, 5, 2, 2, 4, true, 0, DType::f32},      // multi-head
+                      AttnCase{2, 9, 4, 1, 6, true, 0, DType::f32},      // multi-query
+                      AttnCase{2, 13, 4, 2, 8, true, 10000, DType::f32}, // rotary
+                      AttnCase{1, 67, 2, 2, 4, true, 500, DType::f32},   // longer than 64, not a multiple
+                      AttnCase{2, 11, 4, 2, 8, true, 10000, DType::bf16},
+                      AttnCase{1, 7, 2, 1, 8, false, 0, DType::f16}),
+    attn_case_name);
+
+TEST(Rope, InverseUndoesItInPlaceAndOutOfPlaceAgree) {
+  const AttentionLayout l{4, 2, 8, 9};
+  const Tensor x = random_2d(18, l.qkv_cols(), DType::f32, 3, Device::cpu(), Layout::contiguous);
+  Tensor y = Tensor::empty(x.shape(), DType::f32), z = Tensor::empty(x.shape(), DType::f32);
+  rope_apply(l, 10000, false, x, y);
+  Tensor in_place = Tensor::empty(x.shape(), DType::f32);
+  in_place.copy_from(x);
+  rope_apply(l, 10000, false, in_place, in_place);
+  EXPECT_EQ(bytes_of(y), bytes_of(in_place));
+  EXPECT_NE(bytes_of(y), bytes_of(x));  // it did turn something
+  rope_apply(l, 10000, true, y, z);
+  EXPECT_LE(rel_l2(to_f64(x), z.to_f32_vector()), kTolF32);
+  // Position 0 is not turned, and the values pass unchanged everywhere.
+  const auto xs = x.to_f32_vector(), ys = y.to_f32_vector();
+  for (int64_t c = 0; c < l.qkv_cols(); ++c) EXPECT_EQ(xs[static_cast<size_t>(c)], ys[static_cast<size_t>(c)]);
+  for (int64_t t = 0; t < 18; ++t)
+    for (int64_t g = 0; g < l.kv_heads; ++g)
+      for (int64_t e = 0; e < l.head_dim; ++e) {
+        const size_t at = static_cast<size_t>(t * l.qkv_cols() + l.v_col(g) + e);
+        EXPECT_EQ(xs[at], ys[at]);
+      }
+}
+
+TEST(Attention, RejectsPartialSequencesAndMismatchedLayoutsByName) {
+  const AttentionLayout l{4, 2, 8, 16};
+  const Tensor qkv = Tensor::zeros({24, l.qkv_cols()}, DType::f32);
+  Tensor out = Tensor::empty({24, l.out_cols()}, DType::f32), lse = Tensor::empty({1, 4, 16}, DType::f32);
+  try {
+    attention_forward(l, {}, qkv, out, lse);
+    FAIL() << "24 tokens are not whole sequences of 16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not whole sequences of 16"), std::string::npos) << e.what();
+  }
+  const Tensor wide = Tensor::zeros({32, l.qkv_cols() + 8}, DType::f32);
+  try {
+    attention_forward(l, {}, wide, out, lse);
+    FAIL() << "the QKV width does not match the heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(heads + 2 · kv_heads) · head_dim"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Attention, SameBytesOnEveryRun) {
+  const AttentionLayout l{4, 2, 8, 32};
+  const Tensor qkv = random_2d(64, l.qkv_cols(), DType::bf16, 5, Device::cpu(), Layout::contiguous);
+  const Tensor dout = random_2d(64, l.out_cols(), DType::bf16, 6, Device::cpu(), Layout::contiguous);
+  std::vector<uint8_t> first;
+  for (int i = 0; i < 3; ++i) {
+    Tensor out = Tensor::empty({64, l.out_cols()}, DType::bf16), lse = Tensor::empty({2, 4, 32}, DType::f32);
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::bf16);
+    attention_forward(l, {}, qkv, out, lse);
+    attention_backward(l, {}, dout, qkv, out, lse, dqkv);
+    if (i == 0) first = bytes_of(dqkv);
+    EXPECT_EQ(first, bytes_of(dqkv));
+  }
+}
+
+}  // namespace
+}  // namespace te
