@@ -93,7 +93,9 @@ class StagedTensor {
 // contents: set_batching refuses them unless allow_per_tensor_scaling is set.
 // Under sequence parallelism a forward's token count must be a multiple of tp (token_multiple()): for per-token
 // recipes a batch is padded with zero rows (dropped from the replies), so any token count is accepted; otherwise
-// each request must be a multiple itself.
+// each request must be a multiple itself. With attention every request must be whole sequences (a multiple of
+// seq_len), and then batching keeps each request's bytes as well: sequences do not attend to each other, and the
+// padding is whole zero sequences.
 struct BatchingOptions {
   bool enabled = false;
   int64_t max_batch_tokens = 4096;  // a batch never holds more; a larger request still runs, alone
@@ -120,7 +122,9 @@ class Engine {
   int rank() const;        // this process's rank in a launched group (parallel.comm gloo/nccl); 0 otherwise
   int world_size() const;  // parallel.tp
   int64_t tokens() const;  // run.tokens of the spec (any multiple of tp works under sequence parallelism)
-  int64_t token_multiple() const;  // forward's token count must be a multiple of this: tp under SP, else 1
+  // A forward's token count must be a multiple of this: tp under SP (else 1), and with attention layers also their
+  // seq_len (tokens are whole sequences): the least common multiple.
+  int64_t token_multiple() const;
   std::string recipe() const;      // precision.recipe: none | fp8_delayed | fp8_current | fp8_block | mxfp8 | nvfp4
   std::string dtype() const;       // model.dtype: the dtype of every output
   // True when each token's output depends on that token alone: the block has no attention, and the recipe

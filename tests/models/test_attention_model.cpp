@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/attention_reference.h"
@@ -163,6 +164,47 @@ TEST(AttentionModel, SequencesRunTogetherKeepTheirBytes) {
     alone.insert(alone.end(), alone_b.begin(), alone_b.end());
     EXPECT_EQ(forward_of(e, Tensor::from_f32(both_in, {3 * kSeq, 64}, DType::f32)), alone) << recipe;
   }
+}
+
+// The engine's batcher with attention: requests of whole sequences (15 tokens each) from concurrent callers get
+// their bytes alone, the batches padded with whole zero sequences to lcm(tp, seq_len) = 30; a request that is not
+// whole sequences is refused alone.
+TEST(AttentionModel, BatchedRequestsGetTheirBytesAlone) {
+  std::string yaml = attention_yaml(2, true, "fp8_block", "infer", 30);
+  yaml.replace(yaml.find("seq_len: 16"), 11, "seq_len: 15");
+  teengine::Engine e = teengine::Engine::from_yaml_string(yaml);
+  ASSERT_EQ(e.token_multiple(), 30);
+  const int n = 12;
+  std::vector<teengine::HostTensor> reqs, want;
+  for (int i = 0; i < n; ++i) {
+    const int64_t tokens = 15 * (1 + i % 3);
+    const Tensor x = seeded_normal({tokens, 64}, 300 + static_cast<uint64_t>(i));
+    reqs.push_back(to_host_tensor(x));
+    // Alone: padded by one zero sequence where needed, the padding's rows dropped.
+    std::vector<float> padded = x.to_f32_vector();
+    padded.resize(static_cast<size_t>((tokens + 29) / 30 * 30 * 64), 0.f);
+    std::vector<float> y = forward_of(e, Tensor::from_f32(padded, {(tokens + 29) / 30 * 30, 64}, DType::f32));
+    y.resize(static_cast<size_t>(tokens * 64));
+    want.push_back(teengine::HostTensor::from_floats({tokens, 64}, y));
+  }
+  teengine::BatchingOptions b;
+  b.enabled = true;
+  b.max_wait_us = 20000;
+  e.set_batching(b);
+  std::vector<teengine::HostTensor> got(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] { got[static_cast<size_t>(i)] = e.forward(reqs[static_cast<size_t>(i)]); });
+  bool refused = false;
+  try {
+    (void)e.forward(to_host_tensor(seeded_normal({20, 64}, 9)));
+  } catch (const teengine::Error& err) {
+    refused = err.is_input_error() && std::string(err.what()).find("whole sequences of 15") != std::string::npos;
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(refused);
+  for (int i = 0; i < n; ++i)
+    EXPECT_EQ(got[static_cast<size_t>(i)].to_floats(), want[static_cast<size_t>(i)].to_floats()) << "request " << i;
 }
 
 struct BadAttention {
