@@ -26,7 +26,8 @@ int GraphBuilder::param(std::string name, ValueType type, bool requires_grad) {
   return id;
 }
 
-std::vector<int> GraphBuilder::add(const OpDef& op, std::vector<int> inputs, Attrs attrs, std::string name) {
+std::vector<int> GraphBuilder::add(const OpDef& op, std::vector<int> inputs, Attrs attrs, std::string name,
+                                   const std::vector<std::string>& output_names) {
   Node n;
   n.id = g_.num_nodes();
   n.op = &op;
@@ -63,7 +64,8 @@ std::vector<int> GraphBuilder::add(const OpDef& op, std::vector<int> inputs, Att
            label << ": inference returned " << out_types.size() << " outputs, the op table says " << op.num_outputs);
   n.inputs = std::move(inputs);
   for (size_t i = 0; i < out_types.size(); ++i) {
-    std::string vname = n.name.empty() ? std::string() : (out_types.size() == 1 ? n.name : n.name + "." + std::to_string(i));
+    const std::string suffix = i < output_names.size() ? output_names[i] : std::to_string(i);
+    std::string vname = n.name.empty() || out_types.size() == 1 ? n.name : n.name + "." + suffix;
     int vid = new_value(std::move(vname), std::move(out_types[i]), ValueRole::intermediate);
     g_.values_[static_cast<size_t>(vid)].producer = n.id;
     n.outputs.push_back(vid);

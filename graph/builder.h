@@ -21,7 +21,9 @@ class GraphBuilder {
   int param(std::string name, ValueType type, bool requires_grad = true);
 
   // Appends `op` reading `inputs`; output types come from op.infer. Returns the output value ids.
-  std::vector<int> add(const OpDef& op, std::vector<int> inputs, Attrs attrs = {}, std::string name = {});
+  // Outputs are named after the node ("N" for one output; "N.<output_names[i]>", else "N.i", for several).
+  std::vector<int> add(const OpDef& op, std::vector<int> inputs, Attrs attrs = {}, std::string name = {},
+                       const std::vector<std::string>& output_names = {});
   // add() for single-output ops: the output id.
   int add1(const OpDef& op, std::vector<int> inputs, Attrs attrs = {}, std::string name = {});
 

@@ -112,7 +112,7 @@ int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& na
   }
   Attrs attn = layout;
   attn.set("causal", a.causal).set("scale", a.softmax_scale);
-  return b.add(model_op(ModelOp::attention), {qkv}, attn, name)[0];
+  return b.add(model_op(ModelOp::attention), {qkv}, attn, name, {"out", "lse"})[0];
 }
 
 int ForwardBuilder::linear(ParallelLinear& l, int h) {

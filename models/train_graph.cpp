@@ -74,7 +74,8 @@ void TrainGraph::build(DType target_dtype) {
   const bool eval = options_.kind == TrainGraphOptions::Kind::eval;
   // An eval forward leaves the delayed-scaling history as it was: no update after it.
   const std::vector<int> loss =
-      fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}, {"update_scales", !eval}}, "loss");
+      fb.b.add(train_op(TrainOp::mse_loss), {out, target_}, {{"sp", ctx.gathers()}, {"update_scales", !eval}}, "loss",
+               {"sum", "grad"});
   if (eval) {
     int sum = loss[0];
     if (ctx.gathers()) sum = fb.b.add1(train_op(TrainOp::sum_all_reduce), {sum}, {}, "loss.all_reduce");
