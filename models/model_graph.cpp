@@ -6,30 +6,19 @@
 namespace te {
 
 ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions options)
-    : model_(model), local_tokens_(local_tokens) {
-  RankContext& ctx = model.ctx();
-  TE_CHECK_HINT(!ctx.training, "the model graph runs the inference forward, and this model keeps training state",
+    : RankGraph(model, local_tokens) {
+  TE_CHECK_HINT(!model.ctx().training,
+                "the model graph runs the inference forward, and this model keeps training state",
                 "build it from a model with run.mode: infer; training steps run as models/train_graph.h");
-  TE_CHECK(local_tokens > 0, "the model graph needs at least one local token, got " << local_tokens);
-  binding_.ctx = &ctx;
   build();
-  PlanOptions po;
-  po.held_by_binding = model_value_held_by_binding;
-  po.gather_hook = [this](const Graph& g, const Node& n) { return plan_model_gather(g, n, binding_); };
-  po.single_stream = !options.overlap;
-  Plan plan = plan_graph(graph_, po);
-  binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
-  ExecOptions eo = model_exec_options(ctx, binding_);
-  eo.profile = options.profile;
-  exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
-  for (const auto& [v, t] : params_) exec_->bind(v, t);
+  start(model_value_held_by_binding, options.overlap,
+        [&](ExecOptions& eo, const Plan&) { eo.profile = options.profile; });
 }
 
 void ModelGraph::build() {
   RankContext& ctx = model_.ctx();
   ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_, held_params_};
-  const Sharding sh = ctx.gathers() ? Sharding::split(0) : Sharding::replicated();
-  input_ = fb.b.input("x", fb.type({local_tokens_, model_.spec().model.hidden}, sh));
+  input_ = fb.b.input("x", input_type());
   output_ = fb.model(model_, input_);
   fb.b.mark_output(output_);
 }
@@ -44,7 +33,5 @@ Tensor ModelGraph::forward(const Tensor& x) {
   for (auto& v : binding_.held) v.reset();
   return exec_->tensor(output_);
 }
-
-std::string ModelGraph::explain() const { return te::explain(graph_, exec_->plan()); }
 
 }  // namespace te

@@ -10,12 +10,10 @@
 // (tests/models/eager_reference.h) gives the same bytes (tests/models/test_model_graph.cpp). The training step's graph
 // is models/train_graph.h.
 #pragma once
-#include <memory>
-#include <string>
+#include <utility>
+#include <vector>
 
-#include "graph/executor.h"
-#include "models/model_ops.h"
-#include "models/rank_model.h"
+#include "models/rank_graph.h"
 
 namespace te {
 
@@ -24,34 +22,20 @@ struct ModelGraphOptions {
   bool profile = false;  // time every node (Executor step_ms)
 };
 
-class ModelGraph {
+class ModelGraph : public RankGraph {
  public:
   // `model` (inference, ctx.training false) must outlive this. `local_tokens`: rows of this rank's input.
   ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions options = {});
-  ModelGraph(const ModelGraph&) = delete;  // the executor's binding points into this object
-  ModelGraph& operator=(const ModelGraph&) = delete;
 
   // x [local_tokens, H] in the model dtype on the model's device, written on ctx.stream; the result is ordered on
   // ctx.stream and valid until the next forward().
   Tensor forward(const Tensor& x);
 
-  int64_t local_tokens() const { return local_tokens_; }
-  std::string explain() const;  // the plan (graph/planner.h explain)
-  const Graph& graph() const { return graph_; }
-  const Plan& plan() const { return exec_->plan(); }
-  const Executor& executor() const { return *exec_; }
-
  private:
   void build();
 
-  RankModel& model_;
-  int64_t local_tokens_;
-  Graph graph_;
-  ModelBinding binding_;
   int input_ = -1, output_ = -1;
-  std::vector<std::pair<int, Tensor>> params_;  // (value, tensor) bound once
   std::vector<std::pair<int, GemmOperand>> held_params_;  // (value, quantized weight) held by the binding each step
-  std::unique_ptr<Executor> exec_;
 };
 
 }  // namespace te

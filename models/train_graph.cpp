@@ -28,40 +28,28 @@ std::vector<std::vector<int>> last_readers(const Graph& g, const Plan& plan) {
 }  // namespace
 
 TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype, TrainGraphOptions options)
-    : model_(model), local_tokens_(local_tokens), options_(options) {
-  RankContext& ctx = model.ctx();
-  TE_CHECK_HINT(ctx.training, "the training graph needs a model that keeps training state",
+    : RankGraph(model, local_tokens), options_(options) {
+  TE_CHECK_HINT(model.ctx().training, "the training graph needs a model that keeps training state",
                 "build the model with run.mode: train");
-  TE_CHECK(local_tokens_ > 0, "the training graph needs at least one local token, got " << local_tokens_);
-  binding_.ctx = &ctx;
   binding_.model = &model;
   build(target_dtype);
-  PlanOptions po;
-  po.held_by_binding = train_value_held_by_binding;
-  po.gather_hook = [this](const Graph& g, const Node& n) { return plan_model_gather(g, n, binding_); };
-  po.single_stream = !options_.overlap;
-  Plan plan = plan_graph(graph_, po);
-  binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
-  ExecOptions eo = model_exec_options(ctx, binding_);
-  if (!ctx.device.is_cuda()) {
+  start(train_value_held_by_binding, options_.overlap, [this](ExecOptions& eo, const Plan& plan) {
+    if (model_.ctx().device.is_cuda()) return;
     // On the CPU a held value goes back to the allocator right after its last reader ran (the step's peak is then
-    // what the layer-by-layer order needs). (On a GPU the comm stream may have made it and the
-    // compute stream still be reading it: the values stay held to the end of the step, as the inference graph's.)
+    // what the layer-by-layer order needs). (On a GPU the comm stream may have made it and the compute stream still
+    // be reading it: the values stay held to the end of the step, as the inference graph's.)
     release_after_ = last_readers(graph_, plan);
     eo.env.after_node = [this](int node, const Stream&) {
       for (int v : release_after_[static_cast<size_t>(node)]) binding_.held[static_cast<size_t>(v)].reset();
     };
-  }
-  exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
-  for (const auto& [v, t] : params_) exec_->bind(v, t);
+  });
 }
 
 void TrainGraph::build(DType target_dtype) {
   RankContext& ctx = model_.ctx();
   std::vector<std::pair<int, GemmOperand>> no_held_params;  // training keeps every weight's master
   ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_, no_held_params, true};
-  const Sharding sh = ctx.gathers() ? Sharding::split(0) : Sharding::replicated();
-  ValueType xt = fb.type({local_tokens_, model_.spec().model.hidden}, sh), tt = xt;
+  ValueType xt = input_type(), tt = xt;
   tt.dtype = target_dtype;
   input_ = fb.b.input("x", xt);
   if (options_.kind == TrainGraphOptions::Kind::forward) {
@@ -140,7 +128,5 @@ Tensor TrainGraph::forward(const Tensor& x) {
   run_leaving_state(x, Tensor());
   return exec_->tensor(output_);
 }
-
-std::string TrainGraph::explain() const { return te::explain(graph_, exec_->plan()); }
 
 }  // namespace te

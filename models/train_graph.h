@@ -17,9 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/executor.h"
-#include "models/model_ops.h"
-#include "models/rank_model.h"
+#include "models/rank_graph.h"
 
 namespace te {
 
@@ -34,13 +32,11 @@ struct TrainGraphOptions {
   bool overlap = true;  // false: every node in order on the compute stream (run.executor: eager)
 };
 
-class TrainGraph {
+class TrainGraph : public RankGraph {
  public:
   // `model` (ctx.training) must outlive this. Every step's x and target are [local_tokens, H] on the model's
   // device, x in the model dtype, the target in `target_dtype`.
   TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype, TrainGraphOptions options = {});
-  TrainGraph(const TrainGraph&) = delete;  // the executor's binding points into this object
-  TrainGraph& operator=(const TrainGraph&) = delete;
 
   // RankModel::train_step's contract: one optimizer step on mean((forward(x) − target)²); returns the loss; a
   // non-finite loss leaves the weights untouched.
@@ -53,11 +49,7 @@ class TrainGraph {
   // valid until the next call.
   Tensor forward(const Tensor& x);
 
-  int64_t local_tokens() const { return local_tokens_; }
   const TrainGraphOptions& options() const { return options_; }
-  std::string explain() const;  // the plan (graph/planner.h explain)
-  const Graph& graph() const { return graph_; }
-  const Plan& plan() const { return exec_->plan(); }
 
  private:
   void build(DType target_dtype);
@@ -65,15 +57,9 @@ class TrainGraph {
   // Runs the graph and puts back what a forward without a backward must not change.
   void run_leaving_state(const Tensor& x, const Tensor& target);
 
-  RankModel& model_;
-  int64_t local_tokens_;
   TrainGraphOptions options_;
-  Graph graph_;
-  ModelBinding binding_;
   int input_ = -1, target_ = -1, output_ = -1;
-  std::vector<std::pair<int, Tensor>> params_;   // (value, master) bound once
   std::vector<std::vector<int>> release_after_;  // by node id: held values it was the last reader of (CPU)
-  std::unique_ptr<Executor> exec_;
 };
 
 }  // namespace te

@@ -177,7 +177,9 @@ TEST(TrainGraph, NonFiniteLossSkipsTheUpdateAsEager) {
     const float le = eager.step(x, t, step, TrainRanks::Run::reference);
     EXPECT_EQ(std::isfinite(lg), finite);
     EXPECT_EQ(std::isfinite(le), finite);
-    if (finite) EXPECT_EQ(std::memcmp(&lg, &le, sizeof lg), 0) << "step " << step;
+    if (finite) {
+      EXPECT_EQ(std::memcmp(&lg, &le, sizeof lg), 0) << "step " << step;
+    }
     EXPECT_TRUE(rank_bytes(graph, [](const RankParam& p) { return p.master; }) ==
                 rank_bytes(eager, [](const RankParam& p) { return p.master; }))
         << "step " << step;

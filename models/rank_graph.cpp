@@ -1,0 +1,40 @@
+#include "models/rank_graph.h"
+
+#include "engine/error.h"
+#include "models/forward_builder.h"
+
+namespace te {
+
+RankGraph::RankGraph(RankModel& model, int64_t local_tokens) : model_(model), local_tokens_(local_tokens) {
+  TE_CHECK(local_tokens > 0, "a rank's graph needs at least one local token, got " << local_tokens);
+  binding_.ctx = &model.ctx();
+}
+
+ValueType RankGraph::input_type() const {
+  const RankContext& ctx = model_.ctx();
+  ValueType t;
+  t.shape = {local_tokens_, model_.spec().model.hidden};
+  t.dtype = ctx.dtype;
+  t.device = ctx.device;
+  t.sharding = ctx.gathers() ? Sharding::split(0) : Sharding::replicated();
+  return t;
+}
+
+void RankGraph::start(std::function<bool(const Graph&, const Value&)> held, bool overlap,
+                      const std::function<void(ExecOptions&, const Plan&)>& tune) {
+  RankContext& ctx = model_.ctx();
+  PlanOptions po;
+  po.held_by_binding = std::move(held);
+  po.gather_hook = [this](const Graph& g, const Node& n) { return plan_model_gather(g, n, binding_); };
+  po.single_stream = !overlap;
+  Plan plan = plan_graph(graph_, po);
+  binding_.held.assign(static_cast<size_t>(graph_.num_values()), std::nullopt);
+  ExecOptions eo = model_exec_options(ctx, binding_);
+  if (tune) tune(eo, plan);
+  exec_ = std::make_unique<Executor>(graph_, std::move(plan), ctx.device, std::move(eo));
+  for (const auto& [v, t] : params_) exec_->bind(v, t);
+}
+
+std::string RankGraph::explain() const { return te::explain(graph_, exec_->plan()); }
+
+}  // namespace te
