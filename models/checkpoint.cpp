@@ -37,8 +37,9 @@ void save_checkpoint(RankGroup& g, int64_t step, const std::string& path,
   }
   RankModel& m = *g.models[0];
   for (auto& [name, q] : m.quantizers()) {
-    if (!q->has_delayed_state()) continue;
-    const Tensor* t[4] = {&q->scale(), &q->amax_history(), &q->step_amax(), &q->history_count()};
+    const DelayedScaling& d = q->delayed();
+    if (!d.defined()) continue;
+    const Tensor* t[4] = {&d.scale, &d.amax_history, &d.step_amax, &d.count};
     for (int k = 0; k < 4; ++k)
       out.emplace("quantizer." + name + "." + kStateFields[k], t[k]->to(Device::cpu(), m.ctx().stream));
   }
@@ -94,7 +95,7 @@ std::map<std::string, std::string> load_checkpoint(RankGroup& g, const std::stri
       m.set_optimizer_state(k, s1[i].values[k], adamw(spec) ? s2[i].values[k] : Tensor());
     for (auto& [name, q] : m.quantizers())
       for (const QState& s : qstates)
-        if (s.name == name) q->restore_delayed_state(s.t[0], s.t[1], s.t[2], s.t[3], m.ctx().device, m.ctx().stream);
+        if (s.name == name) q->set_delayed({s.t[0], s.t[1], s.t[2], s.t[3]}, m.ctx().device, m.ctx().stream);
     m.ctx().stream.synchronize();
   }
   return md;

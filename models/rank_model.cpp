@@ -110,28 +110,19 @@ double RankModel::loss_elements(const Tensor& out) const {
 RankModel::InputScales RankModel::snapshot_input_scales() {
   InputScales saved;
   for (auto& [name, q] : quantizers())
-    if (q->has_delayed_state() && name.ends_with(".input"))
-      saved.push_back({q, q->scale().clone(ctx_.stream), q->amax_history().clone(ctx_.stream),
-                       q->step_amax().clone(ctx_.stream), q->history_count().clone(ctx_.stream)});
+    if (q->delayed().defined() && name.ends_with(".input"))
+      saved.push_back({q, q->delayed().copy_to(ctx_.device, ctx_.stream)});
   return saved;
 }
 
 void RankModel::restore_input_scales(const InputScales& saved) {
   for (auto& [name, q] : quantizers()) {
-    if (!name.ends_with(".input") || !q->has_delayed_state()) continue;
-    bool restored = false;
+    if (!name.ends_with(".input") || !q->delayed().defined()) continue;
+    // Its first quantize may have come after the snapshot: then back to the state before any.
+    DelayedScaling state = DelayedScaling::fresh(q->config().amax_history_len, ctx_.device, ctx_.stream);
     for (const InputScale& s : saved)
-      if (s.q == q) {
-        q->restore_delayed_state(s.scale, s.history, s.step_amax, s.count, ctx_.device, ctx_.stream);
-        restored = true;
-      }
-    if (!restored) {  // its first quantize was after the snapshot: back to the state before any (scale 1, no history)
-      const Tensor one = Tensor::from_f32({1.0f}, {1}, DType::f32);
-      Tensor count = Tensor::empty({1}, DType::i64);
-      *static_cast<int64_t*>(count.data_ptr()) = 0;
-      q->restore_delayed_state(one, Tensor::zeros({q->config().amax_history_len}, DType::f32),
-                               Tensor::zeros({1}, DType::f32), count, ctx_.device, ctx_.stream);
-    }
+      if (s.q == q) state = s.state;
+    q->set_delayed(state, ctx_.device, ctx_.stream);
   }
 }
 

@@ -59,7 +59,7 @@ class RankModel {
   // training forward would have done exactly that with the same weights and scale.)
   struct InputScale {
     Quantizer* q;
-    Tensor scale, history, step_amax, count;
+    DelayedScaling state;  // a copy
   };
   using InputScales = std::vector<InputScale>;
   InputScales snapshot_input_scales();

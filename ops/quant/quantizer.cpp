@@ -71,34 +71,15 @@ bool Quantizer::can_gather_quantized(const Shape& local_shape, Usage usages) con
 }
 
 void Quantizer::ensure_delayed_state(Device device, const Stream& stream) {
-  if (scale_.defined() && scale_.device() == device) return;
-  if (scale_.defined()) {  // the state follows the tensors to a new device
-    scale_ = scale_.to(device, stream);
-    amax_history_ = amax_history_.to(device, stream);
-    step_amax_ = step_amax_.to(device, stream);
-    history_count_ = history_count_.to(device, stream);
-    return;
-  }
-  scale_ = Tensor::zeros({1}, DType::f32, device, stream);
-  scale_.fill(1.0, stream);
-  amax_history_ = Tensor::zeros({config_.amax_history_len}, DType::f32, device, stream);
-  step_amax_ = Tensor::zeros({1}, DType::f32, device, stream);
-  history_count_ = Tensor::zeros({1}, DType::i64, device, stream);
+  if (delayed_.defined() && delayed_.scale.device() == device) return;
+  // The state follows the tensors to a new device.
+  delayed_ = delayed_.defined() ? delayed_.copy_to(device, stream)
+                                : DelayedScaling::fresh(config_.amax_history_len, device, stream);
 }
 
-void Quantizer::restore_delayed_state(const Tensor& scale, const Tensor& amax_history, const Tensor& step_amax,
-                                      const Tensor& history_count, Device device, const Stream& stream) {
-  const Shape len{config_.amax_history_len};
-  TE_CHECK(scale.dtype() == DType::f32 && scale.shape() == Shape{1} && amax_history.dtype() == DType::f32 &&
-               amax_history.shape() == len && step_amax.dtype() == DType::f32 && step_amax.shape() == Shape{1} &&
-               history_count.dtype() == DType::i64 && history_count.shape() == Shape{1},
-           "restore_delayed_state: expected f32 [1], f32 " << shape_str(len) << ", f32 [1], i64 [1]; got "
-                                                           << scale.str() << ", " << amax_history.str() << ", "
-                                                           << step_amax.str() << ", " << history_count.str());
-  scale_ = scale.to(device, stream);  // always a copy
-  amax_history_ = amax_history.to(device, stream);  // always a copy
-  step_amax_ = step_amax.to(device, stream);  // always a copy
-  history_count_ = history_count.to(device, stream);  // always a copy
+void Quantizer::set_delayed(const DelayedScaling& state, Device device, const Stream& stream) {
+  state.check(config_.amax_history_len);
+  delayed_ = state.copy_to(device, stream);
 }
 
 QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce) {
@@ -186,8 +167,8 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
     k.amax(in, p, amax.data<float>(), nullptr, stream);
     if (config_.scaling == ScalingKind::delayed) {
       ensure_delayed_state(dev, stream);
-      k.fold_max(step_amax_.data<float>(), amax.data<float>(), stream);
-      p.scale = scale_.data<float>();
+      k.fold_max(delayed_.step_amax.data<float>(), amax.data<float>(), stream);
+      p.scale = delayed_.scale.data<float>();
     } else if (reduce) {
       reduce(amax, stream);
     }
@@ -212,12 +193,17 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
 
 void Quantizer::update_scale_after_step(const Stream& stream, const AmaxReducer& reduce) {
   if (config_.format != QuantFormat::fp8_per_tensor || config_.scaling != ScalingKind::delayed) return;
-  if (!scale_.defined()) return;  // nothing quantized yet
-  if (reduce) reduce(step_amax_, stream);
-  DelayedUpdateArgs a{amax_history_.data<float>(), history_count_.data<int64_t>(), step_amax_.data<float>(),
-                      scale_.data<float>(),        config_.amax_history_len,       config_.amax_algo == AmaxAlgo::most_recent,
-                      static_cast<float>(dtype_info(config_.data_dtype).max_finite), config_.margin};
-  quant_kernels(config_.format, scale_.device().kind).delayed_update(a, stream);
+  if (!delayed_.defined()) return;  // nothing quantized yet
+  if (reduce) reduce(delayed_.step_amax, stream);
+  DelayedUpdateArgs a{delayed_.amax_history.data<float>(),
+                      delayed_.count.data<int64_t>(),
+                      delayed_.step_amax.data<float>(),
+                      delayed_.scale.data<float>(),
+                      config_.amax_history_len,
+                      config_.amax_algo == AmaxAlgo::most_recent,
+                      static_cast<float>(dtype_info(config_.data_dtype).max_finite),
+                      config_.margin};
+  quant_kernels(config_.format, delayed_.scale.device().kind).delayed_update(a, stream);
 }
 
 }  // namespace te

@@ -1,4 +1,4 @@
-// Quantizer = format + parameters (+ delayed-scaling state); each call names the usages it wants. It answers
+// Quantizer = format + parameters (+ its delayed-scaling state); each call names the usages it wants. It answers
 // can_gather_quantized(local_shape, usages) per docs/NUMERICS.md §4 and turns high-precision tensors (any shape, any
 // strides, f32/bf16/f16) into QuantizedTensors, producing every requested usage in one pass. CPU reference and CUDA
 // kernels are reached through one dispatch table keyed by (format, device).
@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "engine/tensor.h"
+#include "ops/quant/delayed_scaling.h"
 #include "ops/quant/quant_kernels.h"
 #include "ops/quant/quantized_tensor.h"
 
@@ -61,24 +62,19 @@ class Quantizer {
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
   // history and recompute the scale (docs/NUMERICS.md §2). No-op for other scalings.
   void update_scale_after_step(const Stream& stream = Stream(), const AmaxReducer& reduce = {});
-  // Delayed-scaling state (fp32 [1] scale, fp32 [history_len] history) on the quantizer's device.
-  const Tensor& scale() const { return scale_; }
-  const Tensor& amax_history() const { return amax_history_; }
-  const Tensor& step_amax() const { return step_amax_; }          // fp32 [1]: amaxes folded since the last update
-  const Tensor& history_count() const { return history_count_; }  // i64 [1]
-  bool has_delayed_state() const { return scale_.defined(); }      // false until the first delayed quantize
-  // Replaces the delayed-scaling state (a checkpoint's), copied onto `device`: the quantizer then continues exactly
-  // as the one that was saved. Shapes and dtypes must be those above (amax_history: [amax_history_len]).
-  void restore_delayed_state(const Tensor& scale, const Tensor& amax_history, const Tensor& step_amax,
-                             const Tensor& history_count, Device device, const Stream& stream = Stream());
+  // The delayed-scaling state (ops/quant/delayed_scaling.h) on the quantizer's device; undefined until the first
+  // delayed quantize.
+  const DelayedScaling& delayed() const { return delayed_; }
+  // Replaces it with a copy of `state` on `device` (a checkpoint's, or a snapshot taken before an eval): the
+  // quantizer then continues exactly as the one it came from. A te::Error when its shapes are not this config's.
+  void set_delayed(const DelayedScaling& state, Device device, const Stream& stream = Stream());
 
  private:
   QuantizerConfig config_;
   void ensure_delayed_state(Device device, const Stream& stream);
   QuantizedTensor quantize_impl(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce,
                                 QuantPreAct act, Tensor* act_out = nullptr);
-  Tensor scale_, amax_history_, step_amax_;
-  Tensor history_count_;  // i64 [1]: amaxes pushed so far (the next history slot is count % len)
+  DelayedScaling delayed_;
 };
 
 }  // namespace te

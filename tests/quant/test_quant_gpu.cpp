@@ -85,8 +85,8 @@ TEST(QuantGpuMisc, DelayedScalingOnDevice) {
                 "step " + std::to_string(step));
     qc.update_scale_after_step();
     qg.update_scale_after_step();
-    EXPECT_EQ(qtest::bytes(qg.scale()), qtest::bytes(qc.scale()));
-    EXPECT_EQ(qtest::bytes(qg.amax_history()), qtest::bytes(qc.amax_history()));
+    EXPECT_EQ(qtest::bytes(qg.delayed().scale), qtest::bytes(qc.delayed().scale));
+    EXPECT_EQ(qtest::bytes(qg.delayed().amax_history), qtest::bytes(qc.delayed().amax_history));
   }
 }
 

@@ -100,23 +100,23 @@ TEST(QuantRules, DelayedScalingHistory) {
     return f32_at(qt.rowwise_scale_inv, 0);  // the scale used during the step
   };
   EXPECT_EQ(step(1.f), 1.f);  // initial scale 1
-  EXPECT_EQ(f32_at(q.scale(), 0), 448.f);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 448.f);
   EXPECT_EQ(step(4.f), 1.f / 448.f);
-  EXPECT_EQ(f32_at(q.scale(), 0), 112.f);  // history [1, 4]
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 112.f);  // history [1, 4]
   step(2.f);                               // history [2, 4]: max 4
-  EXPECT_EQ(f32_at(q.scale(), 0), 112.f);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 112.f);
   step(2.f);  // history [2, 2]
-  EXPECT_EQ(f32_at(q.scale(), 0), 224.f);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 224.f);
   q.update_scale_after_step();  // a step without a cast: zero amax does not enter the history
-  EXPECT_EQ(f32_at(q.scale(), 0), 224.f);
-  EXPECT_EQ(q.amax_history().to_f32_vector(), (std::vector<float>{2.f, 2.f}));
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 224.f);
+  EXPECT_EQ(q.delayed().amax_history.to_f32_vector(), (std::vector<float>{2.f, 2.f}));
   // Two casts in one step fold into one step amax; the reducer sees it.
   q.quantize(Tensor::from_f32({8.f}, {1, 1}, DType::f32), Usage::rowwise);
   q.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32), Usage::rowwise);
   float seen = 0;
   q.update_scale_after_step(Stream(), [&](Tensor& a, const Stream&) { seen = f32_at(a, 0); });
   EXPECT_EQ(seen, 8.f);
-  EXPECT_EQ(f32_at(q.scale(), 0), 56.f);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 56.f);
 
   c.amax_algo = AmaxAlgo::most_recent;
   c.margin = 1;
@@ -125,7 +125,7 @@ TEST(QuantRules, DelayedScalingHistory) {
   r.update_scale_after_step();
   r.quantize(Tensor::from_f32({1.f}, {1, 1}, DType::f32), Usage::rowwise);
   r.update_scale_after_step();
-  EXPECT_EQ(f32_at(r.scale(), 0), 224.f);  // 448 / 2 / 1
+  EXPECT_EQ(f32_at(r.delayed().scale, 0), 224.f);  // 448 / 2 / 1
 }
 
 TEST(QuantRules, HadamardIsOrthogonalAndMatchesMatrix) {
