@@ -147,9 +147,7 @@ double Engine::Impl::run_timed(const std::function<void(te::Communicator&, int)>
     fn(c, i);
     if (gpu) end.record(ctx.stream);
     ctx.stream.synchronize();
-    ms[static_cast<size_t>(i)] = gpu ? begin.elapsed_ms(end)
-                                     : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                                           .count();
+    ms[static_cast<size_t>(i)] = gpu ? begin.elapsed_ms(end) : ms_since(t0);
   });
   return *std::max_element(ms.begin(), ms.end());
 }
@@ -293,49 +291,45 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
 
 void Engine::load_weights(const std::string& path) {
   translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    te::ModelSpec spec = impl_->spec();
-    spec.weights_path = path;
-    impl_->drop_graphs();  // plans and captures of the current models (made again, lazily, for the new ones)
-    impl_->group->load(te::shards_for(spec));  // a bad file leaves the weights as they were
+    impl_->exclusive([&] {
+      te::ModelSpec spec = impl_->spec();
+      spec.weights_path = path;
+      impl_->drop_graphs();  // plans and captures of the current models (made again, lazily, for the new ones)
+      impl_->group->load(te::shards_for(spec));  // a bad file leaves the weights as they were
+    });
   });
 }
 
 void Engine::save_weights(const std::string& path) const {
   translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    te::RankGroup& g = *impl_->group;
-    te::GlobalParams params = g.gather_params();
-    if (g.placement.rank == 0) te::save_params(params, g.spec.model.dtype, path);
+    impl_->exclusive([&] {
+      te::RankGroup& g = *impl_->group;
+      te::GlobalParams params = g.gather_params();
+      if (g.placement.rank == 0) te::save_params(params, g.spec.model.dtype, path);
+    });
   });
 }
 
 void Engine::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
-  translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());
-    te::save_checkpoint(*impl_->group, impl_->step, path, metadata);
-  });
+  translate([&] { impl_->exclusive([&] { te::save_checkpoint(*impl_->group, impl_->step, path, metadata); }); });
 }
 
 std::map<std::string, std::string> Engine::load_checkpoint(const std::string& path) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());
-    impl_->drop_graphs();  // they hold the current models (made again, lazily, for the loaded ones)
-    std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
-    impl_->step = impl_->first_step = std::stoll(md.at("step"));
-    return md;
+    return impl_->exclusive([&] {
+      impl_->drop_graphs();  // they hold the current models (made again, lazily, for the loaded ones)
+      std::map<std::string, std::string> md = te::load_checkpoint(*impl_->group, path);  // a bad file changes nothing
+      impl_->step = impl_->first_step = std::stoll(md.at("step"));
+      return md;
+    });
   });
 }
 
 float Engine::eval_loss(const StagedTensor& input, const StagedTensor& target) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());
-    return impl_->run_eval(impl_->staged(input, "eval_loss's input"), impl_->staged(target, "eval_loss's target"));
+    return impl_->exclusive([&] {
+      return impl_->run_eval(impl_->staged(input, "eval_loss's input"), impl_->staged(target, "eval_loss's target"));
+    });
   });
 }
 
@@ -348,14 +342,13 @@ int64_t Engine::step() const { return impl_->step; }
 double Engine::last_lr() const { return impl_->last_lr; }
 
 HostTensor Engine::Impl::forward_host(const HostTensor& input) {
-  std::lock_guard<std::mutex> lock(mu);
-  te::set_current_device(device());  // the caller's thread stages, gathers and copies
-  const auto t0 = std::chrono::steady_clock::now();
-  double device_ms = 0;
-  StagedTensor x = stage(input);
-  HostTensor y = to_host(*run_forward(*x.impl(), &device_ms).impl());
-  record_step(ms_since(t0), device_ms, x.tokens());
-  return y;
+  return exclusive([&] {
+    return timed_step([&](StepRecord& step) {
+      StagedTensor x = stage(input);
+      step.tokens = x.tokens();
+      return to_host(*run_forward(*x.impl(), &step.device_ms).impl());
+    });
+  });
 }
 
 HostTensor Engine::forward(const HostTensor& input) {
@@ -367,55 +360,46 @@ HostTensor Engine::forward(const HostTensor& input) {
 
 float Engine::train_step(const HostTensor& input, const HostTensor& target) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    const auto t0 = std::chrono::steady_clock::now();
-    double device = 0;
-    StagedTensor x = impl_->stage(input), t = impl_->stage(target);
-    const float loss = impl_->run_train(*x.impl(), *t.impl(), &device);
-    impl_->record_step(ms_since(t0), device, x.tokens());
-    return loss;
+    return impl_->exclusive([&] {
+      return impl_->timed_step([&](Impl::StepRecord& step) {
+        StagedTensor x = impl_->stage(input), t = impl_->stage(target);
+        step.tokens = x.tokens();
+        return impl_->run_train(*x.impl(), *t.impl(), &step.device_ms);
+      });
+    });
   });
 }
 
 StagedTensor Engine::stage(const HostTensor& tensor) {
-  return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    return impl_->stage(tensor);
-  });
+  return translate([&] { return impl_->exclusive([&] { return impl_->stage(tensor); }); });
 }
 
 StagedTensor Engine::forward(const StagedTensor& input) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    const auto t0 = std::chrono::steady_clock::now();
-    double device = 0;
-    StagedTensor y = impl_->run_forward(impl_->staged(input, "forward's input"), &device);
-    impl_->record_step(ms_since(t0), device, input.tokens());
-    return y;
+    return impl_->exclusive([&] {
+      return impl_->timed_step([&](Impl::StepRecord& step) {
+        step.tokens = input.tokens();
+        return impl_->run_forward(impl_->staged(input, "forward's input"), &step.device_ms);
+      });
+    });
   });
 }
 
 float Engine::train_step(const StagedTensor& input, const StagedTensor& target) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    const auto t0 = std::chrono::steady_clock::now();
-    double device = 0;
-    const float loss = impl_->run_train(impl_->staged(input, "train_step's input"),
-                                        impl_->staged(target, "train_step's target"), &device);
-    impl_->record_step(ms_since(t0), device, input.tokens());
-    return loss;
+    return impl_->exclusive([&] {
+      return impl_->timed_step([&](Impl::StepRecord& step) {
+        step.tokens = input.tokens();
+        return impl_->run_train(impl_->staged(input, "train_step's input"),
+                                impl_->staged(target, "train_step's target"), &step.device_ms);
+      });
+    });
   });
 }
 
 HostTensor Engine::to_host(const StagedTensor& tensor) {
   return translate([&] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    te::set_current_device(impl_->device());  // the caller's thread stages, gathers and copies
-    return impl_->to_host(impl_->staged(tensor, "to_host's tensor"));
+    return impl_->exclusive([&] { return impl_->to_host(impl_->staged(tensor, "to_host's tensor")); });
   });
 }
 

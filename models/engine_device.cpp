@@ -41,22 +41,23 @@ void Engine::forward_device(const void* input, const std::string& input_dtype, v
     if (!dev.is_cuda() && stream)
       TE_INPUT_ERROR("forward_device got a CUDA stream but the engine runs on the CPU",
                      "pass host buffers and stream nullptr, or run the engine on a GPU (run.device)");
-    std::lock_guard<std::mutex> lock(m.mu);
-    te::set_current_device(dev);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (dev.is_cuda()) {
-      // The ranks read the input only after the work the caller queued on `stream` before this call.
-      te::Event ready = te::Event::create(dev);
-      ready.record(te::Stream::borrow(dev, stream));
-      for (auto& ctx : m.group->ctxs) ready.wait(ctx->stream);
-    }
-    const te::Tensor x = te::Tensor::borrow(const_cast<void*>(input), {tokens, hidden}, *dt, dev);
-    const StagedTensor staged = m.stage(x);  // copied (cast to the model dtype) on the device: input is only read
-    double device_ms = 0;
-    const StagedTensor y = m.run_forward(*staged.impl(), &device_ms);
-    te::Tensor out = te::Tensor::borrow(output, {tokens, hidden}, m.spec().model.dtype, dev);
-    m.write_rows(*y.impl(), out);
-    m.record_step(detail::ms_since(t0), device_ms, tokens);
+    m.exclusive([&] {
+      return m.timed_step([&](Impl::StepRecord& step) {
+        step.tokens = tokens;
+        if (dev.is_cuda()) {
+          // The ranks read the input only after the work the caller queued on `stream` before this call.
+          te::Event ready = te::Event::create(dev);
+          ready.record(te::Stream::borrow(dev, stream));
+          for (auto& ctx : m.group->ctxs) ready.wait(ctx->stream);
+        }
+        const te::Tensor x = te::Tensor::borrow(const_cast<void*>(input), {tokens, hidden}, *dt, dev);
+        const StagedTensor staged = m.stage(x);  // copied (cast to the model dtype) on the device: only read
+        const StagedTensor y = m.run_forward(*staged.impl(), &step.device_ms);
+        te::Tensor out = te::Tensor::borrow(output, {tokens, hidden}, m.spec().model.dtype, dev);
+        m.write_rows(*y.impl(), out);
+        return 0;
+      });
+    });
   });
 }
 

@@ -143,6 +143,26 @@ struct Engine::Impl {
   void write_rows(const StagedTensor::Impl& t, te::Tensor& out);
   // Records a step on this process; distributed: collective (every rank's times and counters).
   void record_step(double wall_ms, double device_ms, int64_t tokens);
+  // f() holding `mu`, with the engine's device current on the calling thread (which stages, gathers and copies).
+  template <class F>
+  decltype(auto) exclusive(F&& f) {
+    std::lock_guard<std::mutex> lock(mu);
+    te::set_current_device(device());
+    return f();
+  }
+  // f(step) recorded as one step with its wall time and what f puts in `step` (exclusive() already held).
+  struct StepRecord {
+    double device_ms = 0;
+    int64_t tokens = 0;
+  };
+  template <class F>
+  auto timed_step(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StepRecord step;
+    auto result = f(step);
+    record_step(detail::ms_since(t0), step.device_ms, step.tokens);
+    return result;
+  }
   std::shared_ptr<te::RequestBatcher> current_batcher() const;
 };
 
