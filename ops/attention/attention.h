@@ -10,11 +10,13 @@
 //   out [T, heads · head_dim]                head h at columns [h · head_dim, (h + 1) · head_dim)
 //   lse [batch, heads, seq] f32              log Σ_j exp(score_ij): the softmax statistics the backward reads
 //
-// Scores are scale · q_i · k_j (f32 accumulation), masked to j ≤ i when causal; the softmax subtracts the row's
-// maximum; out is Σ_j softmax_ij v_j rounded once to out's dtype. The backward recomputes the probabilities from
-// lse (flash-attention style) and accumulates dq, dk, dv in f32 (a group's key/value gradients summed over its
-// query heads in head order), rounded once into dqkv: deterministic, and the same bytes for a head whichever
-// tensor-parallel rank computes it.
+// Scores are scale · q_i · k_j (f32), masked to j ≤ i when causal; the softmax subtracts the row's maximum and
+// divides by the row's sum; out is Σ_j softmax_ij v_j (f32) rounded once to out's dtype. The backward recomputes
+// the probabilities from lse (flash-attention style) and accumulates dq, dk, dv in f32 (a group's key/value
+// gradients summed over blocks of query rows, then over its query heads, in order), rounded once into dqkv. Every
+// product is an f32 GEMM whose elements are single fused-multiply-add chains in a fixed order (ops/gemm/row_gemm.h):
+// deterministic, independent of the thread count, and the same bytes for a head whichever tensor-parallel rank
+// computes it.
 #pragma once
 #include <cstdint>
 

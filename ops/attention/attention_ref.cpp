@@ -1,5 +1,7 @@
-// CPU reference attention: one task per (sequence, query head) forward and per (sequence, key/value group)
-// backward, so tasks write disjoint columns and the result does not depend on how many threads run them.
+// CPU reference attention in blocks of query rows, each product a row-independent GEMM (ops/gemm/row_gemm.h: every
+// element one chain of fused multiply-adds in a fixed order). One task per (sequence, query head) forward and per
+// (sequence, key/value group) backward, so tasks write disjoint columns and nothing depends on how many threads run
+// them, nor on the other heads or sequences (a rank's heads give the bytes they give at tp 1).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,9 +10,12 @@
 #include "engine/element.h"
 #include "ops/attention/attention_impl.h"
 #include "ops/gemm/cpu_workers.h"
+#include "ops/gemm/row_gemm.h"
 
 namespace te::cpu {
 namespace {
+
+constexpr int64_t kRows = 64;  // query rows per block: bounds the score block at kRows × seq floats
 
 std::vector<float> widen(const void* p, DType t, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -18,11 +23,30 @@ std::vector<float> widen(const void* p, DType t, int64_t n) {
   return v;
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// Columns [col, col + D) of `seq` rows of width W starting at row r0: a contiguous [seq, D] copy.
+std::vector<float> slice(const std::vector<float>& x, int64_t r0, int64_t seq, int64_t width, int64_t col,
+                         int64_t D) {
+  std::vector<float> out(static_cast<size_t>(seq * D));
+  for (int64_t r = 0; r < seq; ++r)
+    std::copy_n(&x[static_cast<size_t>((r0 + r) * width + col)], D, &out[static_cast<size_t>(r * D)]);
+  return out;
 }
+
+// [rows, cols] → [cols, rows].
+std::vector<float> transposed(const float* a, int64_t rows, int64_t cols) {
+  std::vector<float> t(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = a[r * cols + c];
+  return t;
+}
+
+// C [m, p] = A [m, l] · Bᵀ with B [p, l] (b_t) or A · B with B [l, p].
+void gemm(const float* a, const float* b, bool b_t, int64_t m, int64_t p, int64_t l, float* c) {
+  detail::row_gemm(a, b, b_t, m, p, l, c);
+}
+
+// Keys a query row i sees: 0 … i when causal, else all.
+int64_t keys_of(bool causal, int64_t i, int64_t S) { return causal ? i + 1 : S; }
 
 }  // namespace
 
@@ -32,25 +56,27 @@ void attention_forward(const AttentionLayout& l, bool causal, float scale, int64
   const std::vector<float> x = widen(qkv, t, tokens * W);
   detail::run_cpu_tasks(batch * l.heads, [&](int64_t task) {
     const int64_t b = task / l.heads, h = task % l.heads, g = h / l.group();
-    std::vector<float> p(static_cast<size_t>(S)), acc(static_cast<size_t>(D));
-    for (int64_t i = 0; i < S; ++i) {
-      const float* q = &x[static_cast<size_t>((b * S + i) * W + l.q_col(h))];
-      const int64_t n = causal ? i + 1 : S;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        p[static_cast<size_t>(j)] = scale * dot(q, &x[static_cast<size_t>((b * S + j) * W + l.k_col(g))], D);
-        m = std::max(m, p[static_cast<size_t>(j)]);
+    const std::vector<float> q = slice(x, b * S, S, W, l.q_col(h), D), k = slice(x, b * S, S, W, l.k_col(g), D),
+                             v = slice(x, b * S, S, W, l.v_col(g), D);
+    std::vector<float> s(static_cast<size_t>(kRows * S)), o(static_cast<size_t>(kRows * D));
+    for (int64_t i0 = 0; i0 < S; i0 += kRows) {
+      const int64_t rows = std::min(kRows, S - i0), n = keys_of(causal, i0 + rows - 1, S);
+      gemm(&q[static_cast<size_t>(i0 * D)], k.data(), true, rows, n, D, s.data());  // scores [rows, n]
+      for (int64_t r = 0; r < rows; ++r) {
+        float* sr = &s[static_cast<size_t>(r * n)];
+        const int64_t seen = keys_of(causal, i0 + r, S);
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < seen; ++j) m = std::max(m, sr[j] *= scale);
+        float sum = 0.f;
+        for (int64_t j = 0; j < seen; ++j) sum += sr[j] = std::exp(sr[j] - m);
+        std::fill(sr + seen, sr + n, 0.f);  // masked keys weigh nothing
+        lse[(b * l.heads + h) * S + i0 + r] = m + std::log(sum);
+        for (int64_t j = 0; j < seen; ++j) sr[j] /= sum;
       }
-      float sum = 0.f;
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float e = std::exp(p[static_cast<size_t>(j)] - m);
-        sum += e;
-        const float* v = &x[static_cast<size_t>((b * S + j) * W + l.v_col(g))];
-        for (int64_t c = 0; c < D; ++c) acc[static_cast<size_t>(c)] += e * v[c];
-      }
-      for (int64_t c = 0; c < D; ++c) store_f32(out, t, (b * S + i) * O + h * D + c, acc[static_cast<size_t>(c)] / sum);
-      lse[(b * l.heads + h) * S + i] = m + std::log(sum);
+      gemm(s.data(), v.data(), false, rows, D, n, o.data());  // probabilities · V [rows, D]
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < D; ++c)
+          store_f32(out, t, (b * S + i0 + r) * O + h * D + c, o[static_cast<size_t>(r * D + c)]);
     }
   });
 }
@@ -62,32 +88,46 @@ void attention_backward(const AttentionLayout& l, bool causal, float scale, int6
   std::vector<float> dx(static_cast<size_t>(tokens * W), 0.f);
   detail::run_cpu_tasks(batch * l.kv_heads, [&](int64_t task) {
     const int64_t b = task / l.kv_heads, g = task % l.kv_heads;
-    std::vector<float> delta(static_cast<size_t>(S));
+    const std::vector<float> k = slice(x, b * S, S, W, l.k_col(g), D), v = slice(x, b * S, S, W, l.v_col(g), D);
+    std::vector<float> dk(static_cast<size_t>(S * D), 0.f), dv(static_cast<size_t>(S * D), 0.f);
+    std::vector<float> p(static_cast<size_t>(kRows * S)), ds(static_cast<size_t>(kRows * S)),
+        part(static_cast<size_t>(S * D)), dq(static_cast<size_t>(kRows * D));
     for (int64_t h = g * l.group(); h < (g + 1) * l.group(); ++h) {
-      auto row = [&](const std::vector<float>& v, int64_t i, int64_t width, int64_t col) {
-        return &v[static_cast<size_t>((b * S + i) * width + col)];
-      };
-      for (int64_t i = 0; i < S; ++i) delta[static_cast<size_t>(i)] = dot(row(dy, i, O, h * D), row(y, i, O, h * D), D);
-      for (int64_t i = 0; i < S; ++i) {
-        const float* q = row(x, i, W, l.q_col(h));
-        const float* dyi = row(dy, i, O, h * D);
-        float* dq = &dx[static_cast<size_t>((b * S + i) * W + l.q_col(h))];
-        const float li = lse[(b * l.heads + h) * S + i];
-        const int64_t n = causal ? i + 1 : S;
-        for (int64_t j = 0; j < n; ++j) {
-          const float* k = row(x, j, W, l.k_col(g));
-          const float* v = row(x, j, W, l.v_col(g));
-          float* dk = &dx[static_cast<size_t>((b * S + j) * W + l.k_col(g))];
-          float* dv = &dx[static_cast<size_t>((b * S + j) * W + l.v_col(g))];
-          const float p = std::exp(scale * dot(q, k, D) - li);
-          const float ds = p * (dot(dyi, v, D) - delta[static_cast<size_t>(i)]) * scale;
-          for (int64_t c = 0; c < D; ++c) {
-            dv[c] += p * dyi[c];
-            dq[c] += ds * k[c];
-            dk[c] += ds * q[c];
+      const std::vector<float> q = slice(x, b * S, S, W, l.q_col(h), D), dyh = slice(dy, b * S, S, O, h * D, D),
+                               yh = slice(y, b * S, S, O, h * D, D);
+      for (int64_t i0 = 0; i0 < S; i0 += kRows) {
+        const int64_t rows = std::min(kRows, S - i0), n = keys_of(causal, i0 + rows - 1, S);
+        const float* qb = &q[static_cast<size_t>(i0 * D)];
+        const float* dyb = &dyh[static_cast<size_t>(i0 * D)];
+        gemm(qb, k.data(), true, rows, n, D, p.data());    // scores
+        gemm(dyb, v.data(), true, rows, n, D, ds.data());  // dO · Vᵀ
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r, seen = keys_of(causal, i, S);
+          const float li = lse[(b * l.heads + h) * S + i];
+          float delta = 0.f;  // dO_i · O_i
+          for (int64_t c = 0; c < D; ++c) delta += dyb[r * D + c] * yh[static_cast<size_t>(i * D + c)];
+          float* pr = &p[static_cast<size_t>(r * n)];
+          float* dr = &ds[static_cast<size_t>(r * n)];
+          for (int64_t j = 0; j < seen; ++j) {
+            pr[j] = std::exp(scale * pr[j] - li);
+            dr[j] = pr[j] * (dr[j] - delta) * scale;
           }
+          std::fill(pr + seen, pr + n, 0.f);
+          std::fill(dr + seen, dr + n, 0.f);
         }
+        gemm(ds.data(), k.data(), false, rows, D, n, dq.data());  // dQ = dS · K
+        for (int64_t r = 0; r < rows; ++r)
+          std::copy_n(&dq[static_cast<size_t>(r * D)], D, &dx[static_cast<size_t>((b * S + i0 + r) * W + l.q_col(h))]);
+        const std::vector<float> dst = transposed(ds.data(), rows, n), pt = transposed(p.data(), rows, n);
+        gemm(dst.data(), qb, false, n, D, rows, part.data());  // dK += dSᵀ · Q
+        for (int64_t e = 0; e < n * D; ++e) dk[static_cast<size_t>(e)] += part[static_cast<size_t>(e)];
+        gemm(pt.data(), dyb, false, n, D, rows, part.data());  // dV += Pᵀ · dO
+        for (int64_t e = 0; e < n * D; ++e) dv[static_cast<size_t>(e)] += part[static_cast<size_t>(e)];
       }
+    }
+    for (int64_t j = 0; j < S; ++j) {
+      std::copy_n(&dk[static_cast<size_t>(j * D)], D, &dx[static_cast<size_t>((b * S + j) * W + l.k_col(g))]);
+      std::copy_n(&dv[static_cast<size_t>(j * D)], D, &dx[static_cast<size_t>((b * S + j) * W + l.v_col(g))]);
     }
   });
   for (int64_t i = 0; i < tokens * W; ++i) store_f32(dqkv, t, i, dx[static_cast<size_t>(i)]);

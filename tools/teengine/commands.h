@@ -22,4 +22,5 @@ Command add_bench_act(CLI::App& bench);
 Command add_bench_comm(CLI::App& bench);
 Command add_bench_block(CLI::App& bench);
 Command add_bench_sp(CLI::App& bench);
+Command add_bench_attention(CLI::App& bench);
 }  // namespace te::cli

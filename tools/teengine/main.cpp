@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
       te::cli::add_info_command(app),   te::cli::add_run_command(app),    te::cli::add_inspect_command(app),
       te::cli::add_launch_command(app), te::cli::add_bench_quant(*bench), te::cli::add_bench_gemm(*bench),
       te::cli::add_bench_norm(*bench),  te::cli::add_bench_act(*bench),   te::cli::add_bench_comm(*bench),
-      te::cli::add_bench_block(*bench), te::cli::add_bench_sp(*bench),
+      te::cli::add_bench_block(*bench), te::cli::add_bench_sp(*bench),    te::cli::add_bench_attention(*bench),
   };
   try {
     app.parse(argc, argv);
