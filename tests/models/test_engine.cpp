@@ -18,21 +18,16 @@
 #include "models/rank_model.h"
 #include "models/train_graph.h"
 #include "tests/models/eager_reference.h"
+#include "tests/models/test_spec_yaml.h"
 
 namespace te {
 namespace {
 
 std::string small_model(const std::string& recipe, int tp, int64_t tokens, const std::string& mode,
                         const std::string& dtype = "bf16") {
-  return "name: parity\n"
-         "model:\n  hidden: 128\n  layers: 1\n  dtype: " + dtype + "\n  norm: {type: layernorm, eps: 1.0e-5}\n"
-         "  block:\n"
-         "    - [ {layernorm_linear: {name: qkv, out: 256}}, {linear: {name: proj, out: 128}} ]\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-         "parallel: {tp: " + std::to_string(tp) + ", sequence_parallel: true, comm: local}\n"
-         "precision: {recipe: " + recipe + "}\n"
-         "run: {mode: " + mode + ", device: cpu, tokens: " + std::to_string(tokens) +
-         ", steps: 1, seed: 7, optimizer: {type: sgd, lr: 0.1}}\n";
+  return test::SmallSpec{.name = "parity", .dtype = dtype, .tp = tp, .recipe = recipe, .mode = mode, .device = "cpu",
+                         .tokens = tokens, .steps = 1, .seed = 7, .optimizer = "{type: sgd, lr: 0.1}"}
+      .yaml();
 }
 
 struct RunResult {

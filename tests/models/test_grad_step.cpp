@@ -13,19 +13,15 @@
 #include "models/rank_group.h"
 #include "models/spec.h"
 #include "models/train_graph.h"
+#include "tests/models/test_spec_yaml.h"
 
 namespace te {
 namespace {
 
 std::string grad_model(const std::string& recipe, int tp) {
-  return "name: grads\n"
-         "model:\n  hidden: 128\n  layers: 2\n  dtype: bf16\n  norm: {type: layernorm, eps: 1.0e-5}\n"
-         "  block:\n"
-         "    - [ {layernorm_linear: {name: qkv, out: 256}}, {linear: {name: proj, out: 128}} ]\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-         "parallel: {tp: " + std::to_string(tp) + ", sequence_parallel: true, comm: local}\n"
-         "precision: {recipe: " + recipe + "}\n"
-         "run: {mode: train, device: cpu, tokens: 128, steps: 1, seed: 3}\n";
+  return test::SmallSpec{.name = "grads", .layers = 2, .tp = tp, .recipe = recipe, .mode = "train", .device = "cpu",
+                         .tokens = 128, .steps = 1, .seed = 3}
+      .yaml();
 }
 
 Tensor seeded(uint64_t seed, int64_t T, int64_t H) {

@@ -14,23 +14,15 @@
 #include "common/gpu.h"
 #include "models/rank_group.h"
 #include "models/spec.h"
+#include "tests/models/test_spec_yaml.h"
 
 namespace te {
 namespace {
 
 std::string model_yaml(const std::string& recipe, const std::string& device, int tp) {
-  return "name: held\n"
-         "model:\n  hidden: 128\n  layers: 1\n  dtype: bf16\n  norm: {type: layernorm, eps: 1.0e-5}\n"
-         "  block:\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-         "parallel: {tp: " +
-         std::to_string(tp) +
-         ", sequence_parallel: true, comm: local}\n"
-         "precision: {recipe: " +
-         recipe +
-         "}\n"
-         "run: {mode: infer, device: " +
-         device + ", tokens: 64, steps: 1, seed: 3}\n";
+  return test::SmallSpec{.name = "held", .linear_branch = false, .tp = tp, .recipe = recipe, .device = device,
+                         .tokens = 64, .steps = 1, .seed = 3}
+      .yaml();
 }
 
 std::string file_bytes(const std::string& path) {

@@ -10,6 +10,7 @@
 #include "models/rank_group.h"
 #include "tests/common/gpu.h"
 #include "tests/models/eager_reference.h"
+#include "tests/models/test_spec_yaml.h"
 
 namespace te {
 namespace {
@@ -21,15 +22,9 @@ struct Layout {
 };
 
 std::string graph_model(const std::string& recipe, const Layout& l, const std::string& mode = "infer") {
-  return "name: graph\n"
-         "model:\n  hidden: 128\n  layers: 2\n  dtype: bf16\n  norm: {type: layernorm, eps: 1.0e-5}\n"
-         "  block:\n"
-         "    - [ {layernorm_linear: {name: qkv, out: 256}}, {linear: {name: proj, out: 128}} ]\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-         "parallel: {tp: " + std::to_string(l.tp) + ", sequence_parallel: " + (l.sp ? "true" : "false") +
-         ", comm: local}\n"
-         "precision: {recipe: " + recipe + "}\n"
-         "run: {mode: " + mode + ", tokens: " + std::to_string(l.tokens) + ", seed: 11}\n";
+  return test::SmallSpec{.name = "graph", .layers = 2, .tp = l.tp, .sp = l.sp, .recipe = recipe, .mode = mode,
+                         .tokens = l.tokens, .seed = 11}
+      .yaml();
 }
 
 struct Ranks : RankGroup {

@@ -15,6 +15,7 @@
 #include "models/train_graph.h"
 #include "tests/common/gpu.h"
 #include "tests/models/eager_reference.h"
+#include "tests/models/test_spec_yaml.h"
 #include "training_util.h"
 
 namespace te {
@@ -27,21 +28,18 @@ struct TrainLayout {
 };
 
 std::string train_graph_model(const std::string& recipe, const TrainLayout& l, const std::string& optimizer) {
-  const std::string opt = optimizer == "sgd" ? "{type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.01}"
-                                             : "{type: adamw, lr: 0.004, weight_decay: 0.01}";
-  return "name: traingraph\n"
-         "model:\n  hidden: 128\n  layers: 2\n  dtype: bf16\n  norm: {type: layernorm, eps: 1.0e-5}\n"
-         "  block:\n"
-         "    - [ {layernorm_linear: {name: qkv, out: 256}}, {linear: {name: proj, out: 128}} ]\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: 256, activation: gelu}} ]\n"
-         "parallel: {tp: " +
-         std::to_string(l.tp) + ", sequence_parallel: " + (l.sp ? "true" : "false") +
-         ", comm: local}\n"
-         "precision: {recipe: " +
-         recipe + (recipe == "fp8_delayed" ? ", amax_history_len: 4" : "") +
-         "}\n"
-         "run: {mode: train, tokens: " +
-         std::to_string(l.tokens) + ", seed: 11, optimizer: " + opt + "}\n";
+  return test::SmallSpec{.name = "traingraph",
+                         .layers = 2,
+                         .tp = l.tp,
+                         .sp = l.sp,
+                         .recipe = recipe,
+                         .recipe_options = recipe == "fp8_delayed" ? ", amax_history_len: 4" : "",
+                         .mode = "train",
+                         .tokens = l.tokens,
+                         .seed = 11,
+                         .optimizer = optimizer == "sgd" ? "{type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.01}"
+                                                         : "{type: adamw, lr: 0.004, weight_decay: 0.01}"}
+      .yaml();
 }
 
 struct TrainRanks : RankGroup {

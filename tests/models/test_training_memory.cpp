@@ -10,6 +10,7 @@
 #include "models/rank_group.h"
 #include "models/spec.h"
 #include "models/train_graph.h"
+#include "tests/models/test_spec_yaml.h"
 
 namespace te {
 namespace {
@@ -17,14 +18,10 @@ namespace {
 constexpr int64_t kMemTokens = 256, kMemHidden = 64, kMemFfn = 4096;
 
 std::string memory_model(const std::string& recipe) {
-  return "name: memory\n"
-         "model:\n  hidden: " + std::to_string(kMemHidden) + "\n  layers: 1\n  dtype: bf16\n"
-         "  norm: {type: layernorm, eps: 1.0e-5}\n"
-         "  block:\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: " + std::to_string(kMemFfn) + ", activation: gelu}} ]\n"
-         "parallel: {tp: 1, comm: local}\n"
-         "precision: {recipe: " + recipe + "}\n"
-         "run: {mode: train, device: cpu, tokens: " + std::to_string(kMemTokens) + ", seed: 5}\n";
+  return test::SmallSpec{.name = "memory", .hidden = kMemHidden, .ffn = kMemFfn, .linear_branch = false,
+                         .sp = false, .recipe = recipe, .mode = "train", .device = "cpu", .tokens = kMemTokens,
+                         .seed = 5}
+      .yaml();
 }
 
 // Peak bytes above the step's starting point, over the second training step.

@@ -16,6 +16,7 @@
 #include "models/batch_order.h"
 #include "models/dataset.h"
 #include "models/safetensors.h"
+#include "tests/models/test_spec_yaml.h"
 
 namespace te::training_test {
 
@@ -26,16 +27,22 @@ inline constexpr int64_t kTokens = 32, kHidden = 64;
 inline std::string spec_yaml(const std::string& recipe, int tp, const std::string& optimizer, int64_t steps = 6) {
   const std::string opt = optimizer == "sgd" ? "{type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.01"
                                              : "{type: adamw, lr: 0.004, weight_decay: 0.01";
-  return "name: trainrun\n"
-         "model:\n  hidden: 64\n  layers: 2\n  dtype: bf16\n"
-         "  block:\n"
-         "    - [ {layernorm_linear: {name: qkv, out: 128}}, {linear: {name: proj, out: 64}} ]\n"
-         "    - [ {layernorm_mlp: {name: mlp, ffn: 128, activation: gelu}} ]\n"
-         "parallel: {tp: " + std::to_string(tp) + ", sequence_parallel: true, comm: local}\n"
-         "precision: {recipe: " + recipe + (recipe == "fp8_delayed" ? ", amax_history_len: 4" : "") + "}\n"
-         "run:\n  mode: train\n  device: cpu\n  tokens: 32\n  steps: " + std::to_string(steps) +
-         "\n  seed: 11\n  optimizer: " + opt +
-         ", schedule: {type: cosine, warmup_steps: 2, decay_steps: 4, min_lr: 0.0001}}\n";
+  const std::string schedule = ", schedule: {type: cosine, warmup_steps: 2, decay_steps: 4, min_lr: 0.0001}}";
+  return test::SmallSpec{.name = "trainrun",
+                         .hidden = kHidden,
+                         .layers = 2,
+                         .qkv = 128,
+                         .ffn = 128,
+                         .tp = tp,
+                         .recipe = recipe,
+                         .recipe_options = recipe == "fp8_delayed" ? ", amax_history_len: 4" : "",
+                         .mode = "train",
+                         .device = "cpu",
+                         .tokens = kTokens,
+                         .steps = steps,
+                         .seed = 11,
+                         .optimizer = opt + schedule}
+      .yaml();
 }
 
 inline Tensor seeded_normal(Shape shape, uint64_t seed) {
