@@ -33,9 +33,10 @@ struct SmallSpec {
     y += "parallel: {tp: " + std::to_string(tp) + ", sequence_parallel: " + (sp ? "true" : "false") +
          ", comm: local}\n";
     y += "precision: {recipe: " + recipe + recipe_options + "}\n";
-    y += "run: {mode: " + mode + (device.empty() ? "" : ", device: " + device) +
-         ", tokens: " + std::to_string(tokens) + (steps > 0 ? ", steps: " + std::to_string(steps) : "") +
-         ", seed: " + std::to_string(seed) + (optimizer.empty() ? "" : ", optimizer: " + optimizer) + "}\n";
+    // run: last and in block style, so a test can append its own run keys ("  data: ...").
+    y += "run:\n  mode: " + mode + "\n" + (device.empty() ? "" : "  device: " + device + "\n") +
+         "  tokens: " + std::to_string(tokens) + "\n" + (steps > 0 ? "  steps: " + std::to_string(steps) + "\n" : "") +
+         "  seed: " + std::to_string(seed) + "\n" + (optimizer.empty() ? "" : "  optimizer: " + optimizer + "\n");
     return y;
   }
 };
