@@ -3,7 +3,8 @@
 # build dir's meson files hold this machine's absolute paths), compute-sanitizer over the CUDA tests, the benchmarks
 # and the PyTorch comparisons. Logs go to a work folder and come back as one tarball ($OUT/logs.tgz: the device
 # tool returns at most 8 files), with summary.txt beside it.
-#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|reference|torch|all]...   (run in the order given)
+#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|reference|attention_reference|torch|all]...
+#   (run in the order given)
 set -uo pipefail
 build=${1:-build}
 shift
@@ -22,6 +23,12 @@ status=0
 run_reference() {  # regenerates the committed PyTorch reference (tests/data/torch_ref_*) into $OUT
   timeout 120 python3 tools/gen_model_reference.py --out-dir "$out" >"$work/reference.log" 2>&1
   note "reference: rc=$? $(tail -1 "$work/reference.log")"
+}
+
+run_attention_reference() {  # the PyTorch SDPA vectors the attention tests read (tests/data/attention_ref.safetensors)
+  timeout 120 python3 tools/gen_attention_reference.py --out "$out/attention_ref.safetensors" \
+    >"$work/attention_reference.log" 2>&1
+  note "attention_reference: rc=$? $(tail -1 "$work/attention_reference.log")"
 }
 
 run_torch() {
