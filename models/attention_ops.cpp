@@ -53,8 +53,8 @@ void run_rope(KernelCall& c) {
 }
 
 void run_attention(KernelCall& c) {
-  attention_forward(attention_layout_of(c.node), attention_options_of(c.node), tensor_input(c, 0), c.outputs[0], c.outputs[1],
-                    c.stream);
+  attention_forward(attention_layout_of(c.node), attention_options_of(c.node), tensor_input(c, 0), c.outputs[0],
+                    c.outputs[1], c.stream);
 }
 
 // A rotation's transpose is its inverse: the gradient turns back, in place over the incoming gradient.

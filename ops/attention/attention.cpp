@@ -24,7 +24,8 @@ void check_attention_result(const Tensor& t, const Shape& shape, DType dtype, co
 
 void check_attention_qkv(const AttentionLayout& l, const Tensor& qkv, const char* op) {
   TE_CHECK_HINT(qkv.defined() && qkv.dim() == 2 && is_high_precision(qkv.dtype()),
-                op << ": qkv must be a 2-D f32/bf16/f16 tensor; got " << attention_desc(qkv), "cast it with te::cast first");
+                op << ": qkv must be a 2-D f32/bf16/f16 tensor; got " << attention_desc(qkv),
+                "cast it with te::cast first");
   check_attention_layout(l, qkv.size(0), qkv.size(1));
   // There is no CUDA attention kernel yet: say so rather than read device memory on the host.
   TE_CHECK_HINT(qkv.device().is_cpu(),

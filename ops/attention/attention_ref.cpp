@@ -84,7 +84,8 @@ void attention_forward(const AttentionLayout& l, bool causal, float scale, int64
 void attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
                         const void* qkv, const void* out, const float* lse, DType t, void* dqkv) {
   const int64_t S = l.seq, D = l.head_dim, W = l.qkv_cols(), O = l.out_cols(), batch = tokens / S;
-  const std::vector<float> x = widen(qkv, t, tokens * W), dy = widen(dout, t, tokens * O), y = widen(out, t, tokens * O);
+  const std::vector<float> x = widen(qkv, t, tokens * W), dy = widen(dout, t, tokens * O),
+                           y = widen(out, t, tokens * O);
   std::vector<float> dx(static_cast<size_t>(tokens * W), 0.f);
   detail::run_cpu_tasks(batch * l.kv_heads, [&](int64_t task) {
     const int64_t b = task / l.kv_heads, g = task % l.kv_heads;

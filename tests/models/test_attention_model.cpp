@@ -136,7 +136,8 @@ TEST(AttentionModel, ExplainShowsTheAttentionNodesForwardAndBackward) {
   teengine::Engine e = teengine::Engine::from_yaml_string(attention_yaml(2, true, "fp8_block", "train", kTokens));
   const std::string plan = e.explain();
   for (const char* node : {"'layers.0.attn.rope' (rope)", "'layers.0.attn' (attention)", "(attention_backward)",
-                           "'layers.0.attn.rope_backward' (rope)", "4 heads / 2 kv of 32, seq 16, causal, rotary base 10000"})
+                           "'layers.0.attn.rope_backward' (rope)",
+                           "4 heads / 2 kv of 32, seq 16, causal, rotary base 10000"})
     EXPECT_NE(plan.find(node), std::string::npos) << "no '" << node << "' in:\n" << plan;
 }
 

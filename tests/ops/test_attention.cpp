@@ -111,7 +111,8 @@ TEST_P(AttentionTest, RankSliceGivesTheSameBytesAsTheWholeHeads) {
     const Tensor q = qkv.narrow(1, rank * l.qkv_cols() / 2, l.qkv_cols() / 2).contiguous();
     const Tensor d = dout.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous();
     const KernelRun part = run_kernels(half, q, &d);
-    EXPECT_EQ(bytes_of(part.out), bytes_of(whole.out.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous()));
+    EXPECT_EQ(bytes_of(part.out),
+              bytes_of(whole.out.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous()));
     EXPECT_EQ(bytes_of(part.lse), bytes_of(whole.lse.narrow(1, rank * c.heads / 2, c.heads / 2).contiguous()));
     EXPECT_EQ(bytes_of(part.dqkv),
               bytes_of(whole.dqkv.narrow(1, rank * l.qkv_cols() / 2, l.qkv_cols() / 2).contiguous()));
