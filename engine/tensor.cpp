@@ -125,7 +125,8 @@ Tensor Tensor::from_f32(const std::vector<float>& values, const Shape& shape, DT
   TE_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
            values.size() << " values do not fill shape " << shape_str(shape));
   Tensor host = zeros(shape, dtype, Device::cpu());
-  for (size_t i = 0; i < values.size(); ++i) store_f32(host.data_ptr(), dtype, static_cast<int64_t>(i), values[i]);
+  void* dst = host.data_ptr();
+  for (size_t i = 0; i < values.size(); ++i) store_f32(dst, dtype, static_cast<int64_t>(i), values[i]);
   return device.is_cpu() ? host : host.to(device);
 }
 
@@ -276,7 +277,8 @@ void Tensor::fill(double value, const Stream& stream) {
   }
   const float v = static_cast<float>(value);
   if (device().is_cpu()) {
-    for (int64_t i = 0; i < numel(); ++i) store_f32(data_ptr(), dtype_, i, v);
+    void* dst = data_ptr();
+    for (int64_t i = 0, n = numel(); i < n; ++i) store_f32(dst, dtype_, i, v);
     return;
   }
 #if TE_WITH_CUDA
@@ -301,7 +303,8 @@ void fill_random_impl(Tensor& t, uint64_t seed, bool normal, float a, float b, c
       for (int64_t k = 0; k < (n + 1) / 2; ++k) bytes[k] = fp4_byte_of(k, n, value);
       return;
     }
-    for (int64_t i = 0; i < n; ++i) store_f32(t.data_ptr(), t.dtype(), i, value(i));
+    void* dst = t.data_ptr();
+    for (int64_t i = 0; i < n; ++i) store_f32(dst, t.dtype(), i, value(i));
     return;
   }
 #if TE_WITH_CUDA
@@ -320,7 +323,8 @@ void Tensor::fill_uniform(uint64_t seed, float lo, float hi, const Stream& strea
 std::vector<float> Tensor::to_f32_vector(const Stream& stream) const {
   Tensor h = device().is_cpu() ? contiguous() : to(Device::cpu(), stream);
   std::vector<float> out(static_cast<size_t>(numel()));
-  for (int64_t i = 0; i < numel(); ++i) out[i] = load_f32(h.data_ptr(), dtype_, i);
+  const void* src = h.data_ptr();
+  for (size_t i = 0; i < out.size(); ++i) out[i] = load_f32(src, dtype_, static_cast<int64_t>(i));
   return out;
 }
 
