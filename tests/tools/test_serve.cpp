@@ -300,6 +300,25 @@ TEST(Serve, BadRequestsAreRefusedAndTheServerStaysUp) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// A model with attention takes whole sequences (models/transformer.yaml: seq_len 128, tp 2 with sequence
+// parallelism): requests of one and two sequences, sent together, each answer their forward alone; 100 tokens get
+// 400 naming the sequence length, and the server carries on.
+TEST(Serve, AttentionModelTakesWholeSequences) {
+  const std::string model = std::string(std::getenv("TE_MODELS_DIR") ? std::getenv("TE_MODELS_DIR") : "models") +
+                            "/transformer.yaml";
+  ServeProcess server(model, {});
+  teengine::Engine e = teengine::Engine::from_yaml(model);
+  const std::vector<Sent> reqs = {{random_input(128, 256, 5), false}, {random_input(256, 256, 6), true}};
+  expect_alone(e, reqs, send_all(server.port(), reqs, 2));
+  httplib::Client cli("127.0.0.1", server.port());
+  auto bad = cli.Post("/v1/forward", serve::encode_json(random_input(100, 256, 7)), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("not whole sequences of 128"), std::string::npos) << bad->body;
+  EXPECT_EQ(get(server.port(), "/healthz"), "ok\n");
+  EXPECT_EQ(server.stop(), 0);
+}
+
 TEST(Serve, BearerToken) {
   ServeProcess server(tiny(), {"--token", "s3cret"});
   httplib::Client cli("127.0.0.1", server.port());
