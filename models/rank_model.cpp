@@ -118,11 +118,12 @@ RankModel::InputScales RankModel::snapshot_input_scales() {
 void RankModel::restore_input_scales(const InputScales& saved) {
   for (auto& [name, q] : quantizers()) {
     if (!name.ends_with(".input") || !q->delayed().defined()) continue;
+    const InputScale* s = nullptr;
+    for (const InputScale& each : saved)
+      if (each.q == q) s = &each;
     // Its first quantize may have come after the snapshot: then back to the state before any.
-    DelayedScaling state = DelayedScaling::fresh(q->config().amax_history_len, ctx_.device, ctx_.stream);
-    for (const InputScale& s : saved)
-      if (s.q == q) state = s.state;
-    q->set_delayed(state, ctx_.device, ctx_.stream);
+    q->set_delayed(s ? s->state : DelayedScaling::fresh(q->config().amax_history_len, ctx_.device, ctx_.stream),
+                   ctx_.device, ctx_.stream);
   }
 }
 

@@ -40,11 +40,6 @@ std::vector<float> transposed(const float* a, int64_t rows, int64_t cols) {
   return t;
 }
 
-// C [m, p] = A [m, l] · Bᵀ with B [p, l] (b_t) or A · B with B [l, p].
-void gemm(const float* a, const float* b, bool b_t, int64_t m, int64_t p, int64_t l, float* c) {
-  detail::row_gemm(a, b, b_t, m, p, l, c);
-}
-
 // Keys a query row i sees: 0 … i when causal, else all.
 int64_t keys_of(bool causal, int64_t i, int64_t S) { return causal ? i + 1 : S; }
 
@@ -61,7 +56,7 @@ void attention_forward(const AttentionLayout& l, bool causal, float scale, int64
     std::vector<float> s(static_cast<size_t>(kRows * S)), o(static_cast<size_t>(kRows * D));
     for (int64_t i0 = 0; i0 < S; i0 += kRows) {
       const int64_t rows = std::min(kRows, S - i0), n = keys_of(causal, i0 + rows - 1, S);
-      gemm(&q[static_cast<size_t>(i0 * D)], k.data(), true, rows, n, D, s.data());  // scores [rows, n]
+      detail::row_gemm(&q[static_cast<size_t>(i0 * D)], k.data(), true, rows, n, D, s.data());  // scores [rows, n]
       for (int64_t r = 0; r < rows; ++r) {
         float* sr = &s[static_cast<size_t>(r * n)];
         const int64_t seen = keys_of(causal, i0 + r, S);
@@ -73,7 +68,7 @@ void attention_forward(const AttentionLayout& l, bool causal, float scale, int64
         lse[(b * l.heads + h) * S + i0 + r] = m + std::log(sum);
         for (int64_t j = 0; j < seen; ++j) sr[j] /= sum;
       }
-      gemm(s.data(), v.data(), false, rows, D, n, o.data());  // probabilities · V [rows, D]
+      detail::row_gemm(s.data(), v.data(), false, rows, D, n, o.data());  // probabilities · V [rows, D]
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < D; ++c)
           store_f32(out, t, (b * S + i0 + r) * O + h * D + c, o[static_cast<size_t>(r * D + c)]);
@@ -100,8 +95,8 @@ void attention_backward(const AttentionLayout& l, bool causal, float scale, int6
         const int64_t rows = std::min(kRows, S - i0), n = keys_of(causal, i0 + rows - 1, S);
         const float* qb = &q[static_cast<size_t>(i0 * D)];
         const float* dyb = &dyh[static_cast<size_t>(i0 * D)];
-        gemm(qb, k.data(), true, rows, n, D, p.data());    // scores
-        gemm(dyb, v.data(), true, rows, n, D, ds.data());  // dO · Vᵀ
+        detail::row_gemm(qb, k.data(), true, rows, n, D, p.data());    // scores
+        detail::row_gemm(dyb, v.data(), true, rows, n, D, ds.data());  // dO · Vᵀ
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r, seen = keys_of(causal, i, S);
           const float li = lse[(b * l.heads + h) * S + i];
@@ -116,13 +111,13 @@ void attention_backward(const AttentionLayout& l, bool causal, float scale, int6
           std::fill(pr + seen, pr + n, 0.f);
           std::fill(dr + seen, dr + n, 0.f);
         }
-        gemm(ds.data(), k.data(), false, rows, D, n, dq.data());  // dQ = dS · K
+        detail::row_gemm(ds.data(), k.data(), false, rows, D, n, dq.data());  // dQ = dS · K
         for (int64_t r = 0; r < rows; ++r)
           std::copy_n(&dq[static_cast<size_t>(r * D)], D, &dx[static_cast<size_t>((b * S + i0 + r) * W + l.q_col(h))]);
         const std::vector<float> dst = transposed(ds.data(), rows, n), pt = transposed(p.data(), rows, n);
-        gemm(dst.data(), qb, false, n, D, rows, part.data());  // dK += dSᵀ · Q
+        detail::row_gemm(dst.data(), qb, false, n, D, rows, part.data());  // dK += dSᵀ · Q
         for (int64_t e = 0; e < n * D; ++e) dk[static_cast<size_t>(e)] += part[static_cast<size_t>(e)];
-        gemm(pt.data(), dyb, false, n, D, rows, part.data());  // dV += Pᵀ · dO
+        detail::row_gemm(pt.data(), dyb, false, n, D, rows, part.data());  // dV += Pᵀ · dO
         for (int64_t e = 0; e < n * D; ++e) dv[static_cast<size_t>(e)] += part[static_cast<size_t>(e)];
       }
     }
