@@ -279,7 +279,8 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
     for (const te::LayerSpec& l : br)
       if (l.kind == te::LayerKind::attention && placement.device.is_cuda())
         TE_INPUT_ERROR(spec.source << ": " << l.path << ".attention '" << l.name << "' would run on "
-                                   << placement.device.str() << ", but attention has only its CPU reference so far",
+                                   << placement.device.str() << ", but the CUDA attention kernels have not been "
+                                   << "checked on a GPU yet",
                        "run this model on the CPU (run.device: cpu, or --set run.device=cpu)");
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->drop_graphs();

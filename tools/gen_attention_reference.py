@@ -15,10 +15,27 @@ TransformerEngine's RotaryPositionEmbedding computes them), applied in float64.
   python3 tools/gen_attention_reference.py [--out tests/data/attention_ref.safetensors] [--device cuda]
 """
 import argparse
+import json
+import struct
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+
+
+def save_file(tensors, path, metadata):
+    """The safetensors format (8-byte little-endian header size, JSON header, raw data), written here so the tool
+    needs nothing beyond PyTorch: f32 tensors only."""
+    header, blobs, at = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        flat = t.contiguous().reshape(-1).tolist()
+        b = struct.pack(f"<{len(flat)}f", *flat)
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 # name: (batch, seq, heads, kv_heads, head_dim, causal, rope_base); sequence lengths not multiples of 64.
 CASES = {

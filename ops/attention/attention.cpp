@@ -1,4 +1,5 @@
-// Public entry points of attention and rotary embedding: checks, contiguous inputs, then the CPU reference.
+// Public entry points of attention and rotary embedding: checks, contiguous inputs, then the CPU reference or the
+// CUDA kernels.
 #include "ops/attention/attention.h"
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include "engine/error.h"
 #include "ops/attention/attention_impl.h"
 #include "ops/attention/rope.h"
+#include "te_config.h"
 
 namespace te {
 namespace {
@@ -27,10 +29,19 @@ void check_attention_qkv(const AttentionLayout& l, const Tensor& qkv, const char
                 op << ": qkv must be a 2-D f32/bf16/f16 tensor; got " << attention_desc(qkv),
                 "cast it with te::cast first");
   check_attention_layout(l, qkv.size(0), qkv.size(1));
-  // There is no CUDA attention kernel yet: say so rather than read device memory on the host.
-  TE_CHECK_HINT(qkv.device().is_cpu(),
-                op << ": attention runs on the CPU only in this build; got " << qkv.str(),
-                "run the model on the CPU (run.device: cpu)");
+#if !TE_WITH_CUDA
+  TE_CHECK_HINT(qkv.device().is_cpu(), op << ": this build has no CUDA; got " << qkv.str(),
+                "rebuild with -Dcuda=enabled or run the model on the CPU (run.device: cpu)");
+#endif
+}
+
+// The CUDA kernels' limits, for the attention itself (rope takes every dtype on both devices).
+void check_cuda_attention(const AttentionLayout& l, const Tensor& qkv, const char* op) {
+  TE_CHECK_HINT(!qkv.device().is_cuda() || cuda_attention_supports(qkv.dtype(), l.head_dim),
+                op << ": the CUDA attention takes bf16/f16 with head_dim ≤ " << kCudaAttentionMaxHeadDim << "; got "
+                   << dtype_name(qkv.dtype()) << ", head_dim " << l.head_dim,
+                "use model dtype bf16 or f16 (and a head_dim of at most " << kCudaAttentionMaxHeadDim
+                                                                          << "), or run on the CPU");
 }
 
 float attention_scale(const AttentionLayout& l, const AttentionOptions& o) {
@@ -55,18 +66,27 @@ void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qk
 void attention_forward(const AttentionLayout& l, const AttentionOptions& o, const Tensor& qkv, Tensor& out,
                        Tensor& lse, const Stream& stream) {
   check_attention_qkv(l, qkv, "attention_forward");
+  check_cuda_attention(l, qkv, "attention_forward");
   const int64_t T = qkv.size(0);
   check_attention_result(out, {T, l.out_cols()}, qkv.dtype(), qkv, "attention_forward", "out");
   check_attention_result(lse, {T / l.seq, l.heads, l.seq}, DType::f32, qkv, "attention_forward", "lse");
   if (T == 0) return;
   const Tensor x = qkv.contiguous(stream);
-  cpu::attention_forward(l, o.causal, attention_scale(l, o), T, x.data_ptr(), x.dtype(), out.data_ptr(),
-                         static_cast<float*>(lse.data_ptr()));
+  auto* stats = static_cast<float*>(lse.data_ptr());
+  if (x.device().is_cuda()) {
+#if TE_WITH_CUDA
+    cuda::attention_forward(l, o.causal, attention_scale(l, o), T, x.data_ptr(), x.dtype(), out.data_ptr(), stats,
+                            stream);
+#endif
+    return;
+  }
+  cpu::attention_forward(l, o.causal, attention_scale(l, o), T, x.data_ptr(), x.dtype(), out.data_ptr(), stats);
 }
 
 void attention_backward(const AttentionLayout& l, const AttentionOptions& o, const Tensor& dout, const Tensor& qkv,
                         const Tensor& out, const Tensor& lse, Tensor& dqkv, const Stream& stream) {
   check_attention_qkv(l, qkv, "attention_backward");
+  check_cuda_attention(l, qkv, "attention_backward");
   const int64_t T = qkv.size(0);
   const Shape oshape{T, l.out_cols()};
   for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&dout, "dout"}, {&out, "out"}})
@@ -82,6 +102,15 @@ void attention_backward(const AttentionLayout& l, const AttentionOptions& o, con
   if (T == 0) return;
   const Tensor x = qkv.contiguous(stream), dy = dout.contiguous(stream), y = out.contiguous(stream),
                s = lse.contiguous(stream);
+  if (x.device().is_cuda()) {
+#if TE_WITH_CUDA
+    Tensor delta = Tensor::empty(lse.shape(), DType::f32, x.device(), stream);  // Σ dO · O per row and head
+    cuda::attention_backward(l, o.causal, attention_scale(l, o), T, dy.data_ptr(), x.data_ptr(), y.data_ptr(),
+                             static_cast<const float*>(s.data_ptr()), x.dtype(), dqkv.data_ptr(),
+                             static_cast<float*>(delta.data_ptr()), stream);
+#endif
+    return;
+  }
   cpu::attention_backward(l, o.causal, attention_scale(l, o), T, dy.data_ptr(), x.data_ptr(), y.data_ptr(),
                           static_cast<const float*>(s.data_ptr()), x.dtype(), dqkv.data_ptr());
 }
@@ -96,6 +125,13 @@ void rope_apply(const AttentionLayout& l, double base, bool inverse, const Tenso
   check_attention_result(out, qkv.shape(), qkv.dtype(), qkv, "rope_apply", "out");
   if (qkv.size(0) == 0) return;
   const Tensor x = qkv.contiguous(stream);
+  if (x.device().is_cuda()) {
+#if TE_WITH_CUDA
+    cuda::rope_apply(l, static_cast<float>(base), inverse, qkv.size(0), x.data_ptr(), x.dtype(), out.data_ptr(),
+                     stream);
+#endif
+    return;
+  }
   cpu::rope_apply(l, static_cast<float>(base), inverse, qkv.size(0), x.data_ptr(), x.dtype(), out.data_ptr());
 }
 

@@ -1,5 +1,6 @@
-// Scaled-dot-product attention over a fused QKV projection, forward and backward (CPU reference; the CUDA path is
-// not in this build, and a CUDA tensor gets an error saying so). Rotary embedding: ops/attention/rope.h.
+// Scaled-dot-product attention over a fused QKV projection, forward and backward: the CPU reference (any float
+// dtype) and, for bf16/f16 with head_dim ≤ 128, the CUDA kernels of attention.cu (flash-attention style tiles on the
+// tensor cores; its numerics are described there). Rotary embedding: ops/attention/rope.h.
 //
 // Tokens are batch-major: token t is position t % seq of sequence t / seq, so T = batch × seq. The QKV row of a
 // token is TransformerEngine's interleaved layout (MultiheadAttention's default, which a tensor-parallel rank can
@@ -43,6 +44,13 @@ struct AttentionOptions {
   bool causal = true;
   float scale = 0.0f;  // softmax scale; 0: 1 / sqrt(head_dim)
 };
+
+// Head dims the CUDA kernels take (tiles of 32, 64 or 128, zero-padded above head_dim).
+constexpr int64_t kCudaAttentionMaxHeadDim = 128;
+// Whether the CUDA attention runs this dtype and head_dim; the CPU reference runs every f32/bf16/f16 layout.
+inline bool cuda_attention_supports(DType t, int64_t head_dim) {
+  return (t == DType::bf16 || t == DType::f16) && head_dim >= 1 && head_dim <= kCudaAttentionMaxHeadDim;
+}
 
 // Checks a layout against a QKV tensor of `tokens` rows (a te::Error naming what disagrees).
 void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/attention_reference.h"
+#include "common/gpu.h"
 #include "ops/attention/attention.h"
 #include "ops/attention/rope.h"
 #include "ops_test_util.h"
@@ -51,14 +52,14 @@ KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout) 
   KernelRun r;
   r.roped = qkv;
   if (c.rope_base > 0) {
-    r.roped = Tensor::empty(qkv.shape(), qkv.dtype());
+    r.roped = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
     rope_apply(l, c.rope_base, false, qkv, r.roped);
   }
-  r.out = Tensor::empty({T, l.out_cols()}, qkv.dtype());
-  r.lse = Tensor::empty({c.batch, c.heads, c.seq}, DType::f32);
+  r.out = Tensor::empty({T, l.out_cols()}, qkv.dtype(), qkv.device());
+  r.lse = Tensor::empty({c.batch, c.heads, c.seq}, DType::f32, qkv.device());
   attention_forward(l, {c.causal}, r.roped, r.out, r.lse);
   if (dout) {
-    r.dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
+    r.dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
     attention_backward(l, {c.causal}, *dout, r.roped, r.out, r.lse, r.dqkv);
     if (c.rope_base > 0) rope_apply(l, c.rope_base, true, r.dqkv, r.dqkv);  // in place
   }
@@ -131,6 +132,67 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{2, 11, 4, 2, 8, true, 10000, DType::bf16},
                       AttnCase{1, 7, 2, 1, 8, false, 0, DType::f16}),
     attn_case_name);
+
+// The CUDA kernels against the CPU reference on the same inputs: the output, the softmax statistics and the
+// gradients (through the rotary embedding where there is one). The GPU rounds the probabilities and score gradients
+// to the input type before its tensor-core products, as flash attention does; the CPU keeps them in f32, so the two
+// agree within the dtype's tolerance, the statistics within f32's. Each head's bytes do not depend on the others, so
+// a rank's slice of the heads computes exactly what the whole does, and every run gives the same bytes.
+class AttentionGpuTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionGpuTest, MatchesTheCpuReferenceAndIsDeterministic) {
+  TE_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t T = c.batch * c.seq;
+  const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 21 + c.seq, Device::cpu(), Layout::contiguous);
+  const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 23 + c.seq, Device::cpu(), Layout::contiguous);
+  const KernelRun cpu = run_kernels(c, qkv, &dout);
+  const Tensor dout_gpu = dout.to(Device::cuda(0));
+  const KernelRun gpu = run_kernels(c, qkv.to(Device::cuda(0)), &dout_gpu);
+  EXPECT_LE(rel_l2(to_f64(cpu.out), gpu.out.to_f32_vector()), tol_for(c.dtype));
+  EXPECT_LE(rel_l2(to_f64(cpu.lse), gpu.lse.to_f32_vector()), kTolF32);
+  EXPECT_LE(rel_l2(to_f64(cpu.dqkv), gpu.dqkv.to_f32_vector()), tol_for(c.dtype));
+  const KernelRun again = run_kernels(c, qkv.to(Device::cuda(0)), &dout_gpu);
+  EXPECT_EQ(bytes_of(gpu.out), bytes_of(again.out));
+  EXPECT_EQ(bytes_of(gpu.dqkv), bytes_of(again.dqkv));
+  if (c.kv_heads % 2 == 0) {
+    AttnCase half = c;
+    half.heads /= 2;
+    half.kv_heads /= 2;
+    const int64_t w = l.qkv_cols() / 2, o = l.out_cols() / 2;
+    const Tensor q = qkv.narrow(1, w, w).contiguous().to(Device::cuda(0));
+    const Tensor d = dout.narrow(1, o, o).contiguous().to(Device::cuda(0));
+    const KernelRun part = run_kernels(half, q, &d);
+    EXPECT_EQ(bytes_of(part.out), bytes_of(gpu.out.to(Device::cpu()).narrow(1, o, o).contiguous()));
+    EXPECT_EQ(bytes_of(part.dqkv), bytes_of(gpu.dqkv.to(Device::cpu()).narrow(1, w, w).contiguous()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, AttentionGpuTest,
+    ::testing::Values(AttnCase{2, 13, 4, 2, 8, true, 0, DType::bf16},       // tiny head dim, zero-padded to 32
+                      AttnCase{1, 67, 4, 4, 64, true, 10000, DType::bf16},  // one row past a tile, rotary
+                      AttnCase{2, 130, 8, 2, 128, true, 0, DType::bf16},    // GQA, three tiles
+                      AttnCase{2, 130, 8, 2, 128, false, 0, DType::bf16},   // the same, not causal
+                      AttnCase{1, 200, 4, 1, 40, true, 500, DType::f16},    // MQA, head dim 40 in a tile of 64
+                      AttnCase{1, 256, 4, 2, 96, false, 0, DType::f16},     // whole tiles, head dim 96
+                      AttnCase{1, 64, 2, 2, 128, true, 0, DType::f16}),     // exactly one tile
+    attn_case_name);
+
+TEST(Attention, CudaRefusesF32AndWideHeadsByName) {
+  TE_REQUIRE_GPU();
+  const AttentionLayout l{2, 2, 8, 4};
+  const Tensor qkv = Tensor::zeros({8, l.qkv_cols()}, DType::f32, Device::cuda(0));
+  Tensor out = Tensor::empty({8, l.out_cols()}, DType::f32, Device::cuda(0));
+  Tensor lse = Tensor::empty({2, 2, 4}, DType::f32, Device::cuda(0));
+  try {
+    attention_forward(l, {}, qkv, out, lse);
+    FAIL() << "f32 attention on the GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16/f16 with head_dim"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Rope, InverseUndoesItInPlaceAndOutOfPlaceAgree) {
   const AttentionLayout l{4, 2, 8, 9};

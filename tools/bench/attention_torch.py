@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Attention forward and backward: `teengine bench attention` against PyTorch's scaled_dot_product_attention on the
+flash backend (PyTorch's fastest for bf16), the same shapes in the same call. Medians of CUDA-event timings; the
+backward is timed as PyTorch's autograd backward of one forward (dq, dk, dv), our backward as its kernels alone.
+Prints one JSON line per shape and a ratio table.
+
+    python3 tools/bench/attention_torch.py --teengine BUILD/tools/teengine/teengine [--json out.json]
+"""
+import argparse
+import json
+import subprocess
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from compare_torch import time_cuda
+
+# (batch, seq, heads, kv_heads, head_dim, causal)
+SHAPES = [(8, 2048, 32, 32, 128, True), (8, 2048, 32, 32, 128, False), (8, 2048, 32, 8, 128, True),
+          (16, 1024, 16, 16, 64, True), (2, 8192, 32, 32, 128, True)]
+
+
+def torch_times(batch, seq, heads, kv, dim, causal):
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    k = torch.randn(batch, kv, seq, dim, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    v = torch.randn(batch, kv, seq, dim, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    dout = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    gqa = kv != heads
+    backend = "flash"
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        ctx = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)  # noqa: E731
+    except RuntimeError:  # the flash backend refuses this shape: PyTorch's own choice then
+        backend = "default"
+        ctx = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,  # noqa: E731
+                                   SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH])
+    with ctx():
+        with torch.no_grad():
+            fwd = time_cuda(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa))
+
+        def step():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+            o.backward(dout)
+        fwdbwd = time_cuda(step)
+    return {"backend": backend, "fwd_ms": fwd, "fwd_bwd_ms": fwdbwd}
+
+
+def ours(exe, batch, seq, heads, kv, dim, causal):
+    cmd = [exe, "bench", "attention", "--batch", str(batch), "--seq", str(seq), "--heads", str(heads), "--kv-heads",
+           str(kv), "--head-dim", str(dim), "--dtype", "bf16", "--device", "cuda", "--json"]
+    if not causal:
+        cmd.append("--full")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode not in (0, 1) or not r.stdout.strip():
+        return {"error": (r.stderr or r.stdout)[-400:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--teengine", required=True)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rows = []
+    for s in SHAPES:
+        t, o = torch_times(*s), ours(a.teengine, *s)
+        row = {"batch": s[0], "seq": s[1], "heads": s[2], "kv_heads": s[3], "head_dim": s[4], "causal": s[5],
+               "torch": t, "teengine": o}
+        if "fwd_ms" in o:
+            row["ratio_fwd"] = o["fwd_ms"] / t["fwd_ms"]
+            row["ratio_fwd_bwd"] = o["fwd_bwd_ms"] / t["fwd_bwd_ms"]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    print("| B x S | heads/kv of D | causal | torch fwd ms | ours fwd ms | ratio | torch fwd+bwd ms | ours | ratio |")
+    for r in rows:
+        o, t = r["teengine"], r["torch"]
+        if "fwd_ms" not in o:
+            print(f"| {r['batch']} x {r['seq']} | error: {o.get('error')} |")
+            continue
+        print(f"| {r['batch']} x {r['seq']} | {r['heads']}/{r['kv_heads']} of {r['head_dim']} | {r['causal']} | "
+              f"{t['fwd_ms']:.3f} | {o['fwd_ms']:.3f} | {r['ratio_fwd']:.2f} | {t['fwd_bwd_ms']:.3f} | "
+              f"{o['fwd_bwd_ms']:.3f} | {r['ratio_fwd_bwd']:.2f} | validated {o['validated']} ({t['backend']})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
