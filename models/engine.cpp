@@ -25,6 +25,7 @@
 #include "models/rank_group.h"
 #include "models/rank_model.h"
 #include "models/recipe.h"
+#include "ops/attention/attention.h"
 #include "ops/elementwise/elementwise.h"
 #include "te_config.h"
 
@@ -277,11 +278,13 @@ Engine detail::make_engine(te::ModelSpec spec) {  // NOLINT: defined in this fil
   te::check_memory_fits(spec, placement);  // before anything is allocated
   for (const te::Branch& br : spec.model.block)
     for (const te::LayerSpec& l : br)
-      if (l.kind == te::LayerKind::attention && placement.device.is_cuda())
+      if (l.kind == te::LayerKind::attention && placement.device.is_cuda() &&
+          !te::cuda_attention_supports(spec.model.dtype, l.attention.head_dim))
         TE_INPUT_ERROR(spec.source << ": " << l.path << ".attention '" << l.name << "' would run on "
-                                   << placement.device.str() << ", but the CUDA attention kernels have not been "
-                                   << "checked on a GPU yet",
-                       "run this model on the CPU (run.device: cpu, or --set run.device=cpu)");
+                                   << placement.device.str() << " in " << te::dtype_name(spec.model.dtype)
+                                   << " with head_dim " << l.attention.head_dim << ", but the CUDA attention takes "
+                                   << "bf16/f16 and head_dim ≤ " << te::kCudaAttentionMaxHeadDim,
+                       "set model.dtype: bf16 (or f16), or run this model on the CPU (--set run.device=cpu)");
   impl->group = std::make_unique<te::RankGroup>(spec, placement, te::shards_for(spec));
   impl->drop_graphs();
   impl->staging = std::make_unique<te::PinnedHostBuffer>(impl->device().is_cuda());

@@ -56,7 +56,7 @@ def ours(exe, batch, seq, heads, kv, dim, causal):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode not in (0, 1) or not r.stdout.strip():
         return {"error": (r.stderr or r.stdout)[-400:]}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout)
 
 
 def main():
