@@ -1,6 +1,7 @@
 // CUDA attention for bf16/f16 QKV (layout: ops/attention/attention.h): flash-attention style tiles of 64 query rows
 // × 64 keys on the tensor cores (WMMA 16×16×16, f32 accumulation), the softmax online in f32, so no score matrix
-// ever reaches global memory. Each warp owns 16 rows of a tile; the block shares the key/value (forward, dQ) or
+// ever reaches global memory. These are the general kernels (any head_dim ≤ 128, any alignment), staging every
+// product through shared memory; head_dim 64 and 128 take the register-resident kernels of attention_mma.cu. Each warp owns 16 rows of a tile; the block shares the key/value (forward, dQ) or
 // query/gradient (dK/dV) tiles through shared memory.
 //
 // Numerics, as in flash attention: scores and statistics in f32; the probabilities P and the score gradients dS are
@@ -12,37 +13,24 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
-#include <atomic>
 #include <cmath>
 
+#include "ops/attention/attention_common.cuh"
 #include "ops/attention/attention_impl.h"
-#include "ops/elementwise/cuda_common.cuh"
 
 namespace te::cuda {
 namespace {
 namespace wmma = nvcuda::wmma;
+using namespace attention_detail;
 
-constexpr int kRows = 64;     // query rows of a tile (4 warps × 16)
-constexpr int kKeys = 64;     // keys of a tile
+constexpr int kRows = kTile;  // query rows of a tile (4 warps × 16)
+constexpr int kKeys = kTile;  // keys of a tile
 constexpr int kThreads = 128;
-static_assert(kRows == kKeys, "the causal loops step queries and keys by the same tile");
 constexpr int kLdS = kKeys + 4;  // f32 score tiles: padded rows against bank conflicts (ldm a multiple of 4)
 constexpr int kLdP = kKeys + 8;  // 16-bit probability tiles (ldm a multiple of 8)
 
-// Rows of the tile starting at `at` in a sequence of `seq` (kRows == kKeys).
-__device__ __forceinline__ int tile_extent(int64_t seq, int64_t at) {
-  return seq - at < kRows ? static_cast<int>(seq - at) : kRows;
-}
-
 template <int KD>
 constexpr int ld_tile() { return KD + 8; }  // 16-bit [64, KD] tiles of Q, K, V, dO
-
-// The geometry every kernel reads from the layout.
-struct Geometry {
-  int64_t seq, head_dim, qkv_cols, out_cols, heads, group;
-  __device__ int64_t q_col(int64_t h) const { return ((h / group) * (group + 2) + h % group) * head_dim; }
-  __device__ int64_t k_col(int64_t g) const { return (g * (group + 2) + group) * head_dim; }
-};
 
 // rows × KD tile from `src` (rows of `stride` elements, `col` the first column), zero where the row is past `valid`
 // or the column past head_dim.
@@ -92,15 +80,6 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half to_t<__half>(float v) { return __float2half_rn(v); }
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Writes rows × head_dim of an f32 tile (ld `ld`), times row_scale[r] when given, rounded into dst.
 template <class T, int KD>
@@ -378,26 +357,6 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(Geometry g, boo
                     nullptr);
 }
 
-Geometry geometry_of(const AttentionLayout& l) {
-  return {l.seq, l.head_dim, l.qkv_cols(), l.out_cols(), l.heads, l.group()};
-}
-
-// Launches Kernel with `smem` bytes of dynamic shared memory, first raising its limit past the default 48 KiB once
-// per device (the attribute belongs to the device's copy of the kernel).
-template <auto Kernel, class... Args>
-void launch(size_t smem, dim3 grid, const Stream& stream, Args... args) {
-  static std::atomic<uint64_t> raised{0};  // one bit per device
-  int device = 0;
-  TE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device % 64);
-  if (!(raised.load() & bit)) {
-    TE_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    raised.fetch_or(bit);
-  }
-  Kernel<<<grid, kThreads, smem, raw_stream(stream)>>>(args...);
-  TE_CUDA_CHECK_LAUNCH();
-}
-
 // Calls f.template operator()<T, KD>() for the element type and the smallest tile head dim that holds head_dim.
 template <class F>
 void dispatch(DType t, int64_t head_dim, F&& f) {
@@ -411,19 +370,19 @@ void dispatch(DType t, int64_t head_dim, F&& f) {
   else by_dim(__half());
 }
 
-dim3 tiles(int64_t seq, int64_t ys, int64_t batch) {
-  return dim3(static_cast<unsigned>((seq + kRows - 1) / kRows), static_cast<unsigned>(ys),
-              static_cast<unsigned>(batch));
-}
-
 }  // namespace
 
 void attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
                        void* out, float* lse, const Stream& stream) {
+  if (mma_path_applies(l, t, {qkv, out})) {
+    forward_mma(l, causal, scale, tokens, qkv, t, out, lse, stream);
+    return;
+  }
   const Geometry g = geometry_of(l);
   dispatch(t, l.head_dim, [&]<class T, int KD>() {
-    launch<attention_fwd_kernel<T, KD>>(FwdSmem<T, KD>::bytes, tiles(l.seq, l.heads, tokens / l.seq), stream, g,
-           causal, scale, static_cast<const T*>(qkv), static_cast<T*>(out), lse);
+    launch<attention_fwd_kernel<T, KD>>(FwdSmem<T, KD>::bytes, tiles(l.seq, l.heads, tokens / l.seq), kThreads,
+                                        stream, g, causal, scale, static_cast<const T*>(qkv), static_cast<T*>(out),
+                                        lse);
   });
 }
 
@@ -432,18 +391,23 @@ void attention_backward(const AttentionLayout& l, bool causal, float scale, int6
                         const Stream& stream) {
   const Geometry g = geometry_of(l);
   const int64_t batch = tokens / l.seq;
+  const bool mma = mma_path_applies(l, t, {dout, qkv, out, dqkv});
   dispatch(t, l.head_dim, [&]<class T, int KD>() {
     const int64_t warps = tokens * l.heads;
     attention_delta_kernel<T><<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, raw_stream(stream)>>>(
         g, tokens, static_cast<const T*>(dout), static_cast<const T*>(out), delta);
     TE_CUDA_CHECK_LAUNCH();
+    if (mma) return;
     const auto* x = static_cast<const T*>(qkv);
     const auto* dy = static_cast<const T*>(dout);
-    launch<attention_dq_kernel<T, KD>>(BwdSmem<T, KD>::bytes, tiles(l.seq, l.heads, batch), stream, g, causal, scale,
-           x, dy, lse, static_cast<const float*>(delta), static_cast<T*>(dqkv));
-    launch<attention_dkv_kernel<T, KD>>(BwdSmem<T, KD>::bytes, tiles(l.seq, l.kv_heads, batch), stream, g, causal,
-           scale, x, dy, lse, static_cast<const float*>(delta), static_cast<T*>(dqkv));
+    launch<attention_dq_kernel<T, KD>>(BwdSmem<T, KD>::bytes, tiles(l.seq, l.heads, batch), kThreads, stream, g,
+                                       causal, scale, x, dy, lse, static_cast<const float*>(delta),
+                                       static_cast<T*>(dqkv));
+    launch<attention_dkv_kernel<T, KD>>(BwdSmem<T, KD>::bytes, tiles(l.seq, l.kv_heads, batch), kThreads, stream, g,
+                                        causal, scale, x, dy, lse, static_cast<const float*>(delta),
+                                        static_cast<T*>(dqkv));
   });
+  if (mma) backward_mma(l, causal, scale, tokens, dout, qkv, lse, delta, t, dqkv, stream);
 }
 
 }  // namespace te::cuda
