@@ -99,7 +99,7 @@ QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, Ra
   // Training needs the activation's column-wise copy for wgrad: where one fused pass writes both copies, the
   // column-wise one is saved (half the bytes of the activation, and no second pass over it in the backward);
   // otherwise the activation itself is kept, from the same pass, and quantized column-wise in the backward.
-  if (ctx.training && q_input_->can_fuse_activation(pre, Usage::both) && act != ActKind::swiglu) {
+  if (keeps_columnwise_copy(act, pre.shape(), ctx) && q_input_->can_fuse_activation(pre, Usage::both)) {
     QuantizedTensor both = act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::both, s);
     x_col_ = both;
     x_col_->rowwise_data = x_col_->rowwise_scale_inv = x_col_->rowwise_amax = Tensor();
@@ -107,6 +107,11 @@ QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, Ra
   }
   return act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx),
                                ctx.training ? &x_ : nullptr);
+}
+
+bool ParallelLinear::keeps_columnwise_copy(ActKind act, const Shape& pre, const RankContext& ctx) const {
+  return ctx.training && q_input_ && act != ActKind::swiglu &&
+         q_input_->can_fuse_activation(pre, ctx.dtype, ctx.device, Usage::both);
 }
 
 Tensor ParallelLinear::fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s) {

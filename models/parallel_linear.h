@@ -88,6 +88,14 @@ class ParallelLinear {
   GemmOperand gather_input(const Tensor& h, RankContext& ctx, const Stream& s);  // column, SP: [T/W, H] → [T, H]
   GemmOperand local_input(const Tensor& x, RankContext& ctx, const Stream& s);   // quantized row-wise, or x
   QuantizedTensor act_quantized(ActKind act, const Tensor& pre, RankContext& ctx, const Stream& s);  // row-parallel
+  // What a training act_quantized keeps for wgrad besides its row-wise result: the column-wise copy (true: one fused
+  // pass writes both) or the activation in the model dtype (false). `pre`: the activation input's shape.
+  bool keeps_columnwise_copy(ActKind act, const Shape& pre, const RankContext& ctx) const;
+  // wgrad_input has taken that kept copy as its operand: the linear lets go of it (the operand lives until wgrad).
+  void release_activation_copy() {
+    x_ = Tensor();
+    x_col_.reset();
+  }
   Tensor column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);
   Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);  // this rank's partial sum
   Tensor reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s);       // over the group

@@ -141,6 +141,9 @@ void RankModel::finish_grad_step(bool backward_ran) {
 
 void RankModel::apply_optimizer(int64_t step, double lr) {
   const OptimizerSpec& o = spec_.run.optimizer;
+  // The quantized weights are stale after this step and the optimizer does not read them: they go before the
+  // fresh model-dtype copies are allocated, so the two never coexist.
+  for_each_linear([](ParallelLinear& l) { l.invalidate_weight_cache(); });
   std::vector<ParamSlot> slots;
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
@@ -156,7 +159,6 @@ void RankModel::apply_optimizer(int64_t step, double lr) {
     SgdConfig c{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
     sgd_momentum_step(slots, c, ctx_.stream);
   }
-  for_each_linear([](ParallelLinear& l) { l.invalidate_weight_cache(); });
 }
 
 void RankModel::set_optimizer_state(size_t i, const Tensor& state1, const Tensor& state2) {

@@ -4,29 +4,10 @@
 #include "engine/error.h"
 #include "graph/autograd.h"
 #include "models/forward_builder.h"
+#include "models/held_values.h"
 #include "models/train_ops.h"
 
 namespace te {
-namespace {
-
-// By node id: the values held by the binding (not step outputs) whose last reader in plan order it is — or whose
-// producer it is, when nothing reads them.
-std::vector<std::vector<int>> last_readers(const Graph& g, const Plan& plan) {
-  std::vector<int> pos(static_cast<size_t>(g.num_nodes()));
-  for (size_t s = 0; s < plan.steps.size(); ++s) pos[static_cast<size_t>(plan.steps[s].node)] = static_cast<int>(s);
-  std::vector<std::vector<int>> after(static_cast<size_t>(g.num_nodes()));
-  for (const Value& v : g.values()) {
-    if (!plan.buffers[static_cast<size_t>(v.id)].held_by_binding || v.is_output || v.producer < 0) continue;
-    int last = v.producer;
-    for (int c : v.consumers)
-      if (pos[static_cast<size_t>(c)] > pos[static_cast<size_t>(last)]) last = c;
-    after[static_cast<size_t>(last)].push_back(v.id);
-  }
-  return after;
-}
-
-}  // namespace
-
 TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype, TrainGraphOptions options)
     : RankGraph(model, local_tokens), options_(options) {
   TE_CHECK_HINT(model.ctx().training, "the training graph needs a model that keeps training state",
@@ -34,11 +15,11 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
   binding_.model = &model;
   build(target_dtype);
   start(train_value_held_by_binding, options_.overlap, [this](ExecOptions& eo, const Plan& plan) {
-    if (model_.ctx().device.is_cuda()) return;
-    // On the CPU a held value goes back to the allocator right after its last reader ran (the step's peak is then
-    // what the layer-by-layer order needs). (On a GPU the comm stream may have made it and the compute stream still
-    // be reading it: the values stay held to the end of the step, as the inference graph's.)
-    release_after_ = last_readers(graph_, plan);
+    // Each held value goes back to the allocator once its last reader has run (models/held_values.h), so the step
+    // holds what the layer-by-layer order would, and no more than --explain counts.
+    HeldValues held = plan_held_values(graph_, plan, binding_);
+    release_after_ = std::move(held.release_after);
+    held_peak_bytes_ = held.peak_bytes;
     eo.env.after_node = [this](int node, const Stream&) {
       for (int v : release_after_[static_cast<size_t>(node)]) binding_.held[static_cast<size_t>(v)].reset();
     };

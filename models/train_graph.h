@@ -50,6 +50,9 @@ class TrainGraph : public RankGraph {
   Tensor forward(const Tensor& x);
 
   const TrainGraphOptions& options() const { return options_; }
+  // The most bytes the step's kernels hold outside the planned arena at once (quantized activations and gradients,
+  // collective outputs, the loss gradient: models/held_values.h).
+  int64_t held_peak_bytes() const { return held_peak_bytes_; }
 
  private:
   void build(DType target_dtype);
@@ -59,7 +62,8 @@ class TrainGraph : public RankGraph {
 
   TrainGraphOptions options_;
   int input_ = -1, target_ = -1, output_ = -1;
-  std::vector<std::vector<int>> release_after_;  // by node id: held values it was the last reader of (CPU)
+  std::vector<std::vector<int>> release_after_;  // by node id: held values to drop once it has run
+  int64_t held_peak_bytes_ = 0;
 };
 
 }  // namespace te

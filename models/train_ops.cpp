@@ -139,8 +139,11 @@ void run_regather(KernelCall& c) {
 void run_wgrad_input(KernelCall& c) {
   if (model_ops::backward_skipped(c)) return;
   // own: the fused activation kept the copy (or the activation) inside the linear; the input is only an edge.
-  const Tensor x = c.node.attr_or<bool>("own", false) ? Tensor() : model_ops::tensor_input(c, 0);
-  model_ops::hold(c, model_ops::linear(c).input_columnwise(x, train_ctx(c), c.stream));
+  const bool own = c.node.attr_or<bool>("own", false);
+  ParallelLinear& l = model_ops::linear(c);
+  model_ops::hold(c, l.input_columnwise(own ? Tensor() : model_ops::tensor_input(c, 0), train_ctx(c), c.stream));
+  // Nothing else reads the kept copy: it goes once wgrad has read this operand, not at the end of the step.
+  if (own) l.release_activation_copy();
 }
 
 void run_dgrad(KernelCall& c) {

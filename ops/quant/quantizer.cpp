@@ -87,14 +87,17 @@ QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream&
 }
 
 bool Quantizer::can_fuse_activation(const Tensor& x, Usage usages) const {
+  return x.defined() && x.is_contiguous() && (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0 &&
+         can_fuse_activation(x.shape(), x.dtype(), x.device(), usages);
+}
+
+bool Quantizer::can_fuse_activation(const Shape& shape, DType dtype, Device device, Usage usages) const {
   const QuantFormat f = config_.format;
-  const bool fast = (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && x.defined() &&
-                    x.device().is_cuda() && (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && x.dim() >= 1 &&
-                    x.is_contiguous() && x.size(x.dim() - 1) % 8 == 0 &&
-                    (reinterpret_cast<uintptr_t>(x.data_ptr()) & 15) == 0;
+  const bool fast = (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && device.is_cuda() &&
+                    (dtype == DType::bf16 || dtype == DType::f16) && !shape.empty() && shape.back() % 8 == 0;
   if (!fast || usages == Usage::none) return false;
   // The column-wise copy comes from the 128x128 tile kernel: at most 65535 tiles along the last dim.
-  return !has_usage(usages, Usage::columnwise) || (x.size(x.dim() - 1) + 127) / 128 <= 65535;
+  return !has_usage(usages, Usage::columnwise) || (shape.back() + 127) / 128 <= 65535;
 }
 
 QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream,

@@ -56,6 +56,8 @@ class Quantizer {
   // copies (the column-wise one is what the layer's wgrad reads), so the activation itself need not be kept. With
   // `act_out` (row-wise only), the same pass also writes act(x) in x's dtype there: the bytes act_forward writes.
   bool can_fuse_activation(const Tensor& x, Usage usages = Usage::rowwise) const;
+  // The same for a contiguous, 16-byte-aligned tensor of this shape, dtype and device (e.g. a planned buffer).
+  bool can_fuse_activation(const Shape& shape, DType dtype, Device device, Usage usages) const;
   QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream = Stream(),
                                       Tensor* act_out = nullptr);
 
