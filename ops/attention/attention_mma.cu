@@ -54,6 +54,35 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, int64_t row0,
   }
 }
 
+// The query tile of this block. Causal tiles cost in proportion to their index, so the most expensive start first
+// and the cheap ones fill the last wave.
+__device__ __forceinline__ unsigned query_tile(bool causal) {
+  return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+}
+
+// What a block over one query tile of one head reads: its rows, its group's key and value columns, and the key
+// tiles it visits (causal attention stops at the diagonal). Used by the forward and the dQ kernel.
+struct QueryTile {
+  int64_t seq, q0, head, batch, base, kc, vc;
+  int rows, key_tiles;
+  __device__ QueryTile(const Geometry& g, bool causal)
+      : seq(g.seq), q0(int64_t(query_tile(causal)) * kTile), head(blockIdx.y), batch(blockIdx.z),
+        base(batch * seq), kc(g.k_col(head / g.group)), vc(kc + g.head_dim), rows(tile_extent(seq, q0)),
+        key_tiles(static_cast<int>(((causal ? q0 + rows : seq) + kTile - 1) / kTile)) {}
+  // Key tile t's keys and values into the shared tiles k and v (asynchronous; the caller commits).
+  template <class T, int D>
+  __device__ void load_kv(T* k, T* v, const T* qkv, int64_t qkv_cols, int t) const {
+    const int64_t k0 = int64_t(t) * kTile;
+    load_tile<T, kTile, D>(k, qkv, qkv_cols, base + k0, tile_extent(seq, k0), kc);
+    load_tile<T, kTile, D>(v, qkv, qkv_cols, base + k0, tile_extent(seq, k0), vc);
+  }
+  // Whether key tile t needs its keys checked against the sequence's end or the causal diagonal.
+  __device__ bool edge(bool causal, int t) const {
+    const int64_t k0 = int64_t(t) * kTile;
+    return k0 + kTile > seq || (causal && k0 + kTile > q0);
+  }
+};
+
 template <int D>
 struct FwdLayout {  // shared memory of the forward, in elements
   static constexpr int tile = kTile * ld_of<D>();
@@ -74,28 +103,21 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(Geometry g, bool c
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t S = g.seq, q0 = int64_t(blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z, base = b * S;
-  const int rows = tile_extent(S, q0);
-  const int64_t kc = g.k_col(h / g.group), vc = kc + g.head_dim;
-  const int64_t key_end = causal ? q0 + rows : S;
-  const int tiles = static_cast<int>((key_end + kTile - 1) / kTile);
-
-  load_tile<T, kTile, D>(smem + L::q, qkv, g.qkv_cols, base + q0, rows, g.q_col(h));
-  load_tile<T, kTile, D>(smem + L::k, qkv, g.qkv_cols, base, tile_extent(S, 0), kc);
-  load_tile<T, kTile, D>(smem + L::v, qkv, g.qkv_cols, base, tile_extent(S, 0), vc);
+  const QueryTile w(g, causal);
+  const int64_t S = w.seq, q0 = w.q0;
+  load_tile<T, kTile, D>(smem + L::q, qkv, g.qkv_cols, w.base + q0, w.rows, g.q_col(w.head));
+  w.load_kv<T, D>(smem + L::k, smem + L::v, qkv, g.qkv_cols, 0);
   commit_async();
 
   uint32_t qf[D / 16][4];
   float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int r_lo = warp * 16 + lane / 4;  // the thread's rows: r_lo and r_lo + 8 of the tile
   const float scale_log2 = scale * kLog2e;
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < w.key_tiles; ++t) {
     const int buf = t & 1;
-    if (t + 1 < tiles) {  // the next tile into the other buffer, which every warp finished with last iteration
-      const int64_t k1 = int64_t(t + 1) * kTile;
-      load_tile<T, kTile, D>(smem + L::k + (buf ^ 1) * L::tile, qkv, g.qkv_cols, base + k1, tile_extent(S, k1), kc);
-      load_tile<T, kTile, D>(smem + L::v + (buf ^ 1) * L::tile, qkv, g.qkv_cols, base + k1, tile_extent(S, k1), vc);
-    }
+    // The next tile into the other buffer, which every warp finished with last iteration.
+    if (t + 1 < w.key_tiles)
+      w.load_kv<T, D>(smem + L::k + (buf ^ 1) * L::tile, smem + L::v + (buf ^ 1) * L::tile, qkv, g.qkv_cols, t + 1);
     commit_async();
     wait_async<1>();  // this tile's copies (and Q's) are done; the next tile's may still be in flight
     __syncthreads();
@@ -107,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(Geometry g, bool c
     gemm_abt<T, kTile, D>(s, qf, smem + L::k + buf * L::tile, ld);
 
     const int64_t k0 = int64_t(t) * kTile;
-    const bool edge = k0 + kTile > S || (causal && k0 + kTile > q0);
+    const bool edge = w.edge(causal, t);
 #pragma unroll
     for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -151,9 +173,9 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(Geometry g, bool c
     l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
     inv[half] = 1.f / l[half];
     const int r = r_lo + 8 * half;
-    if (lane % 4 == 0 && r < rows) lse[(b * g.heads + h) * S + q0 + r] = m[half] / kLog2e + logf(l[half]);
+    if (lane % 4 == 0 && r < w.rows) lse[(w.batch * g.heads + w.head) * S + q0 + r] = m[half] / kLog2e + logf(l[half]);
   }
-  store_rows<T, D>(out, g.out_cols, base + q0, rows, h * g.head_dim, o, inv);
+  store_rows<T, D>(out, g.out_cols, w.base + q0, w.rows, w.head * g.head_dim, o, inv);
 }
 
 template <int D>
@@ -178,35 +200,27 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Geometry g, bool causal
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t S = g.seq, q0 = int64_t(blockIdx.x) * kTile, h = blockIdx.y, b = blockIdx.z, base = b * S;
-  const int rows = tile_extent(S, q0);
-  const int64_t kc = g.k_col(h / g.group), vc = kc + g.head_dim;
-  const int64_t key_end = causal ? q0 + rows : S;
-  const int tiles = static_cast<int>((key_end + kTile - 1) / kTile);
+  const QueryTile w(g, causal);
+  const int64_t S = w.seq, q0 = w.q0;
   const int r_lo = warp * 16 + lane / 4;
-
-  load_tile<T, kTile, D>(smem + L::q, qkv, g.qkv_cols, base + q0, rows, g.q_col(h));
-  load_tile<T, kTile, D>(smem + L::dout, dout, g.out_cols, base + q0, rows, h * g.head_dim);
-  load_tile<T, kTile, D>(smem + L::k, qkv, g.qkv_cols, base, tile_extent(S, 0), kc);
-  load_tile<T, kTile, D>(smem + L::v, qkv, g.qkv_cols, base, tile_extent(S, 0), vc);
+  load_tile<T, kTile, D>(smem + L::q, qkv, g.qkv_cols, w.base + q0, w.rows, g.q_col(w.head));
+  load_tile<T, kTile, D>(smem + L::dout, dout, g.out_cols, w.base + q0, w.rows, w.head * g.head_dim);
+  w.load_kv<T, D>(smem + L::k, smem + L::v, qkv, g.qkv_cols, 0);
   commit_async();
   float lse2[2], dlt[2];  // the thread's rows' statistics (log2 units for lse)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = r_lo + 8 * half;
-    const int64_t at = (b * g.heads + h) * S + q0 + r;
-    lse2[half] = r < rows ? lse[at] * kLog2e : INFINITY;  // padding rows: P = 0
-    dlt[half] = r < rows ? delta[at] : 0.f;
+    const int64_t at = (w.batch * g.heads + w.head) * S + q0 + r;
+    lse2[half] = r < w.rows ? lse[at] * kLog2e : INFINITY;  // padding rows: P = 0
+    dlt[half] = r < w.rows ? delta[at] : 0.f;
   }
   const float scale_log2 = scale * kLog2e;
   float dq[D / 8][4] = {};
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < w.key_tiles; ++t) {
     const int buf = t & 1;
-    if (t + 1 < tiles) {
-      const int64_t k1 = int64_t(t + 1) * kTile;
-      load_tile<T, kTile, D>(smem + L::k + (buf ^ 1) * L::tile, qkv, g.qkv_cols, base + k1, tile_extent(S, k1), kc);
-      load_tile<T, kTile, D>(smem + L::v + (buf ^ 1) * L::tile, qkv, g.qkv_cols, base + k1, tile_extent(S, k1), vc);
-    }
+    if (t + 1 < w.key_tiles)
+      w.load_kv<T, D>(smem + L::k + (buf ^ 1) * L::tile, smem + L::v + (buf ^ 1) * L::tile, qkv, g.qkv_cols, t + 1);
     commit_async();
     wait_async<1>();
     __syncthreads();
@@ -215,13 +229,14 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Geometry g, bool causal
     gemm_abt<T, kTile, D>(s, smem + L::q + warp * 16 * ld, sk, ld);
     gemm_abt<T, kTile, D>(dp, smem + L::dout + warp * 16 * ld, smem + L::v + buf * L::tile, ld);
     const int64_t k0 = int64_t(t) * kTile;
+    const bool edge = w.edge(causal, t);
 #pragma unroll
     for (int n = 0; n < kN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int half = e >= 2;
         const int64_t j = k0 + n * 8 + 2 * (lane % 4) + (e & 1), i = q0 + r_lo + 8 * half;
-        const bool seen = j < S && (!causal || j <= i);
+        const bool seen = !edge || (j < S && (!causal || j <= i));
         const float p = seen ? exp2f(s[n][e] * scale_log2 - lse2[half]) : 0.f;
         s[n][e] = p * (dp[n][e] - dlt[half]) * scale;  // dS
       }
@@ -231,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Geometry g, bool causal
     __syncthreads();
   }
   const float one[2] = {1.f, 1.f};
-  store_rows<T, D>(dqkv, g.qkv_cols, base + q0, rows, g.q_col(h), dq, one);
+  store_rows<T, D>(dqkv, g.qkv_cols, w.base + q0, w.rows, g.q_col(w.head), dq, one);
 }
 
 template <int D>

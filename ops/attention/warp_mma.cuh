@@ -81,22 +81,29 @@ __device__ __forceinline__ void load_a(uint32_t (&f)[4], const T* a, int ld, int
   load_x4(f, a + (lane % 16) * ld + k0 + (lane / 16) * 8);
 }
 
+// acc[N/8] += a · Bᵀ for one 16-wide k step at k0: B's N rows from a row-major shared tile.
+template <class T, int N>
+__device__ __forceinline__ void abt_step(float (&acc)[N / 8][4], const uint32_t (&a)[4], const T* b, int ld,
+                                         int k0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n0 = 0; n0 < N; n0 += 16) {
+    uint32_t bf[4];
+    load_x4(bf, b + (n0 + lane % 8 + (lane / 16) * 8) * ld + k0 + ((lane / 8) % 2) * 8);
+    mma<T>(acc[n0 / 8], a, bf[0], bf[1]);
+    mma<T>(acc[n0 / 8 + 1], a, bf[2], bf[3]);
+  }
+}
+
 // acc[N/8] += A · Bᵀ over K: A the warp's 16 rows of a shared tile, B N rows of another (both row-major, k
 // contiguous: Q·Kᵀ, dO·Vᵀ, K·Qᵀ).
 template <class T, int N, int K>
 __device__ __forceinline__ void gemm_abt(float (&acc)[N / 8][4], const T* a, const T* b, int ld) {
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t af[4];
     load_a(af, a, ld, k0);
-#pragma unroll
-    for (int n0 = 0; n0 < N; n0 += 16) {
-      uint32_t bf[4];
-      load_x4(bf, b + (n0 + lane % 8 + (lane / 16) * 8) * ld + k0 + ((lane / 8) % 2) * 8);
-      mma<T>(acc[n0 / 8], af, bf[0], bf[1]);
-      mma<T>(acc[n0 / 8 + 1], af, bf[2], bf[3]);
-    }
+    abt_step<T, N>(acc, af, b, ld, k0);
   }
 }
 
@@ -104,16 +111,8 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[N / 8][4], const T* a, con
 template <class T, int N, int K>
 __device__ __forceinline__ void gemm_abt(float (&acc)[N / 8][4], const uint32_t (&af)[K / 16][4], const T* b,
                                          int ld) {
-  const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int k0 = 0; k0 < K; k0 += 16)
-#pragma unroll
-    for (int n0 = 0; n0 < N; n0 += 16) {
-      uint32_t bf[4];
-      load_x4(bf, b + (n0 + lane % 8 + (lane / 16) * 8) * ld + k0 + ((lane / 8) % 2) * 8);
-      mma<T>(acc[n0 / 8], af[k0 / 16], bf[0], bf[1]);
-      mma<T>(acc[n0 / 8 + 1], af[k0 / 16], bf[2], bf[3]);
-    }
+  for (int k0 = 0; k0 < K; k0 += 16) abt_step<T, N>(acc, af[k0 / 16], b, ld, k0);
 }
 
 // acc[N/8] += P · B: P [16 × K] as A fragments in registers, B a row-major shared tile of K rows × N columns
