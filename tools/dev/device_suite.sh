@@ -3,7 +3,7 @@
 # build dir's meson files hold this machine's absolute paths), compute-sanitizer over the CUDA tests, the benchmarks
 # and the PyTorch comparisons. Logs go to a work folder and come back as one tarball ($OUT/logs.tgz: the device
 # tool returns at most 8 files), with summary.txt beside it.
-#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|reference|attention_reference|torch|all]...
+#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|reference|attention_reference|attention|torch|all]...
 #   (run in the order given)
 set -uo pipefail
 build=${1:-build}
@@ -29,6 +29,18 @@ run_attention_reference() {  # the PyTorch SDPA vectors the attention tests read
   timeout 120 python3 tools/gen_attention_reference.py --out "$out/attention_ref.safetensors" \
     >"$work/attention_reference.log" 2>&1
   note "attention_reference: rc=$? $(tail -1 "$work/attention_reference.log")"
+}
+
+run_attention() {  # the attention kernels' tests, then teengine against PyTorch's flash SDPA on the same shapes
+  local rc=0
+  "$build"/tests/ops/ops_tests --gtest_filter='*ttention*:*Rope*' --gtest_brief=1 >"$work/attention_tests.log" 2>&1 || rc=1
+  "$build"/tests/models/models_tests --gtest_filter='*ttention*' --gtest_brief=1 >>"$work/attention_tests.log" 2>&1 || rc=1
+  [ $rc -eq 0 ] || status=1
+  note "attention tests: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
+  timeout "${TORCH_TIMEOUT:-300}" python3 tools/bench/attention_torch.py --teengine "$exe" --json "$work/attention.json" \
+    >"$work/attention.txt" 2>&1
+  note "attention_torch: rc=$?"
+  grep '^|' "$work/attention.txt" >>"$out/summary.txt"
 }
 
 run_torch() {
