@@ -55,7 +55,6 @@ void Engine::forward_device(const void* input, const std::string& input_dtype, v
         const StagedTensor y = m.run_forward(*staged.impl(), &step.device_ms);
         te::Tensor out = te::Tensor::borrow(output, {tokens, hidden}, m.spec().model.dtype, dev);
         m.write_rows(*y.impl(), out);
-        return 0;
       });
     });
   });

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -159,9 +160,14 @@ struct Engine::Impl {
   auto timed_step(F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     StepRecord step;
-    auto result = f(step);
-    record_step(detail::ms_since(t0), step.device_ms, step.tokens);
-    return result;
+    if constexpr (std::is_void_v<decltype(f(step))>) {
+      f(step);
+      record_step(detail::ms_since(t0), step.device_ms, step.tokens);
+    } else {
+      auto result = f(step);
+      record_step(detail::ms_since(t0), step.device_ms, step.tokens);
+      return result;
+    }
   }
   std::shared_ptr<te::RequestBatcher> current_batcher() const;
 };
