@@ -177,7 +177,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{2, 130, 8, 2, 128, false, 0, DType::bf16},   // the same, not causal
                       AttnCase{1, 200, 4, 1, 40, true, 500, DType::f16},    // MQA, head dim 40 in a tile of 64
                       AttnCase{1, 256, 4, 2, 96, false, 0, DType::f16},     // whole tiles, head dim 96
-                      AttnCase{1, 64, 2, 2, 128, true, 0, DType::f16}),     // exactly one tile
+                      AttnCase{1, 64, 2, 2, 128, true, 0, DType::f16},      // exactly one tile
+                      AttnCase{2, 100, 4, 1, 64, true, 10000, DType::bf16}, // MQA on the register-resident path
+                      AttnCase{1, 96, 2, 2, 64, false, 0, DType::f16}),     // f16, not causal, head dim 64
     attn_case_name);
 
 TEST(Attention, CudaRefusesF32AndWideHeadsByName) {
