@@ -6,6 +6,7 @@
 #include "engine/allocator.h"
 #include "models/engine_state.h"
 #include "models/recipe.h"
+#include "ops/attention/attention.h"
 
 namespace teengine {
 
@@ -22,6 +23,11 @@ std::string Engine::explain() const {
       << te::comm_backend_name(m.group->placement.backend) << ")\n";
   else
     o << "device " << m.device().str() << ", " << w << " rank(s) as threads on the local communicator\n";
+  for (const te::Branch& br : m.spec().model.block)
+    for (const te::LayerSpec& l : br)
+      if (l.kind == te::LayerKind::attention)
+        o << "attention '" << l.name << "': "
+          << te::attention_kernels(m.device(), m.spec().model.dtype, l.attention.head_dim) << "\n";
   o << "gathers per layer (local shard [" << local_tokens << ", " << m.spec().model.hidden << "]):\n";
   // One line per gather and usage, from the same plan the gather itself makes (gather_along_first_dim).
   auto line = [&](const std::string& what, te::Usage usages, const std::optional<te::QuantizerConfig>& qc) {

@@ -50,6 +50,14 @@ float attention_scale(const AttentionLayout& l, const AttentionOptions& o) {
 
 }  // namespace
 
+std::string attention_kernels(Device device, DType t, int64_t head_dim) {
+  if (device.is_cpu()) return "CPU reference (row-independent f32 GEMMs over blocks of 64 query rows)";
+  if (!cuda_attention_supports(t, head_dim)) return "none: the CUDA kernels take bf16/f16 with head_dim <= 128";
+  if (head_dim == 64 || head_dim == 128)
+    return "CUDA, register-resident tensor-core tiles (mma.m16n8k16, flash-attention style, deterministic)";
+  return "CUDA, shared-memory tensor-core tiles (WMMA, flash-attention style, deterministic)";
+}
+
 void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols) {
   TE_CHECK(l.heads >= 1 && l.kv_heads >= 1 && l.head_dim >= 1 && l.seq >= 1 && l.heads % l.kv_heads == 0,
            "attention: heads " << l.heads << ", kv_heads " << l.kv_heads << ", head_dim " << l.head_dim << ", seq "

@@ -20,6 +20,7 @@
 // computes it.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "engine/stream.h"
 #include "engine/tensor.h"
@@ -51,6 +52,10 @@ constexpr int64_t kCudaAttentionMaxHeadDim = 128;
 inline bool cuda_attention_supports(DType t, int64_t head_dim) {
   return (t == DType::bf16 || t == DType::f16) && head_dim >= 1 && head_dim <= kCudaAttentionMaxHeadDim;
 }
+
+// The kernels that run attention for this device, dtype and head_dim, in words (what --explain prints). On a GPU,
+// head_dim 64 and 128 take the register-resident kernels when every buffer is 16-byte aligned (the engine's are).
+std::string attention_kernels(Device device, DType t, int64_t head_dim);
 
 // Checks a layout against a QKV tensor of `tokens` rows (a te::Error naming what disagrees).
 void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols);

@@ -150,6 +150,7 @@ TEST(AttentionModel, GpuFollowsTheCpu) {
         teengine::Engine::from_yaml_string(on_gpu(attention_yaml(tp, tp == 2, "none", "infer", 3 * kSeq)));
     gpu.load_weights(w);
     EXPECT_LE(rel_l2(forward_of(gpu, x), want), 1e-2) << "tp " << tp;
+    EXPECT_NE(gpu.explain().find("attention 'attn': CUDA, shared-memory tensor-core tiles"), std::string::npos);
   }
   try {  // the CUDA kernels take bf16/f16: an f32 model on the GPU is refused at start, naming the fix
     teengine::Engine::from_yaml_string(on_gpu(attention_yaml(1, false, "none", "infer", 3 * kSeq, "f32")));
@@ -179,7 +180,8 @@ TEST(AttentionModel, ExplainShowsTheAttentionNodesForwardAndBackward) {
   const std::string plan = e.explain();
   for (const char* node : {"'layers.0.attn.rope' (rope)", "'layers.0.attn' (attention)", "(attention_backward)",
                            "'layers.0.attn.rope_backward' (rope)",
-                           "4 heads / 2 kv of 32, seq 16, causal, rotary base 10000"})
+                           "4 heads / 2 kv of 32, seq 16, causal, rotary base 10000",
+                           "attention 'attn': CPU reference"})
     EXPECT_NE(plan.find(node), std::string::npos) << "no '" << node << "' in:\n" << plan;
 }
 

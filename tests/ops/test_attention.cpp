@@ -196,6 +196,16 @@ TEST(Attention, CudaRefusesF32AndWideHeadsByName) {
   }
 }
 
+// What --explain names: which kernels a device, dtype and head_dim get (no GPU needed to ask).
+TEST(Attention, KernelsAreNamedByDeviceDtypeAndHeadDim) {
+  EXPECT_NE(attention_kernels(Device::cpu(), DType::f32, 40).find("CPU reference"), std::string::npos);
+  EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 128).find("register-resident"), std::string::npos);
+  EXPECT_NE(attention_kernels(Device::cuda(0), DType::f16, 64).find("register-resident"), std::string::npos);
+  EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 96).find("shared-memory"), std::string::npos);
+  EXPECT_NE(attention_kernels(Device::cuda(0), DType::f32, 64).find("none"), std::string::npos);
+  EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 256).find("none"), std::string::npos);
+}
+
 TEST(Rope, InverseUndoesItInPlaceAndOutOfPlaceAgree) {
   const AttentionLayout l{4, 2, 8, 9};
   const Tensor x = random_2d(18, l.qkv_cols(), DType::f32, 3, Device::cpu(), Layout::contiguous);
