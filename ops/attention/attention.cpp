@@ -52,8 +52,9 @@ float attention_scale(const AttentionLayout& l, const AttentionOptions& o) {
 
 std::string attention_kernels(Device device, DType t, int64_t head_dim) {
   if (device.is_cpu()) return "CPU reference (row-independent f32 GEMMs over blocks of 64 query rows)";
-  if (!cuda_attention_supports(t, head_dim)) return "none: the CUDA kernels take bf16/f16 with head_dim <= 128";
-  if (head_dim == 64 || head_dim == 128)
+  if (!cuda_attention_supports(t, head_dim))
+    return "none: the CUDA kernels take bf16/f16 with head_dim <= " + std::to_string(kCudaAttentionMaxHeadDim);
+  if (cuda_attention_register_resident(t, head_dim))
     return "CUDA, register-resident tensor-core tiles (mma.m16n8k16, flash-attention style, deterministic)";
   return "CUDA, shared-memory tensor-core tiles (WMMA, flash-attention style, deterministic)";
 }

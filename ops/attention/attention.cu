@@ -1,8 +1,9 @@
 // CUDA attention for bf16/f16 QKV (layout: ops/attention/attention.h): flash-attention style tiles of 64 query rows
 // × 64 keys on the tensor cores (WMMA 16×16×16, f32 accumulation), the softmax online in f32, so no score matrix
 // ever reaches global memory. These are the general kernels (any head_dim ≤ 128, any alignment), staging every
-// product through shared memory; head_dim 64 and 128 take the register-resident kernels of attention_mma.cu. Each warp owns 16 rows of a tile; the block shares the key/value (forward, dQ) or
-// query/gradient (dK/dV) tiles through shared memory.
+// product through shared memory; head_dim 64 and 128 take the register-resident kernels of attention_mma.cu. Each
+// warp owns 16 rows of a tile; the block shares the key/value (forward, dQ) or query/gradient (dK/dV) tiles through
+// shared memory.
 //
 // Numerics, as in flash attention: scores and statistics in f32; the probabilities P and the score gradients dS are
 // rounded to the input type before their GEMMs (P · V, dS · K, Pᵀ · dO, dSᵀ · Q); row sums use the f32 P. The
@@ -25,7 +26,6 @@ using namespace attention_detail;
 
 constexpr int kRows = kTile;  // query rows of a tile (4 warps × 16)
 constexpr int kKeys = kTile;  // keys of a tile
-constexpr int kThreads = 128;
 constexpr int kLdS = kKeys + 4;  // f32 score tiles: padded rows against bank conflicts (ldm a multiple of 4)
 constexpr int kLdP = kKeys + 8;  // 16-bit probability tiles (ldm a multiple of 8)
 
@@ -360,14 +360,12 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(Geometry g, boo
 // Calls f.template operator()<T, KD>() for the element type and the smallest tile head dim that holds head_dim.
 template <class F>
 void dispatch(DType t, int64_t head_dim, F&& f) {
-  auto by_dim = [&](auto tag) {
+  dispatch_16bit(t, [&](auto tag) {
     using T = decltype(tag);
     if (head_dim <= 32) f.template operator()<T, 32>();
     else if (head_dim <= 64) f.template operator()<T, 64>();
     else f.template operator()<T, 128>();
-  };
-  if (t == DType::bf16) by_dim(__nv_bfloat16());
-  else by_dim(__half());
+  });
 }
 
 }  // namespace
@@ -390,14 +388,18 @@ void attention_backward(const AttentionLayout& l, bool causal, float scale, int6
                         const void* qkv, const void* out, const float* lse, DType t, void* dqkv, float* delta,
                         const Stream& stream) {
   const Geometry g = geometry_of(l);
-  const int64_t batch = tokens / l.seq;
-  const bool mma = mma_path_applies(l, t, {dout, qkv, out, dqkv});
-  dispatch(t, l.head_dim, [&]<class T, int KD>() {
-    const int64_t warps = tokens * l.heads;
+  const int64_t batch = tokens / l.seq, warps = tokens * l.heads;
+  dispatch_16bit(t, [&](auto tag) {
+    using T = decltype(tag);
     attention_delta_kernel<T><<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, raw_stream(stream)>>>(
         g, tokens, static_cast<const T*>(dout), static_cast<const T*>(out), delta);
-    TE_CUDA_CHECK_LAUNCH();
-    if (mma) return;
+  });
+  TE_CUDA_CHECK_LAUNCH();
+  if (mma_path_applies(l, t, {dout, qkv, out, dqkv})) {
+    backward_mma(l, causal, scale, tokens, dout, qkv, lse, delta, t, dqkv, stream);
+    return;
+  }
+  dispatch(t, l.head_dim, [&]<class T, int KD>() {
     const auto* x = static_cast<const T*>(qkv);
     const auto* dy = static_cast<const T*>(dout);
     launch<attention_dq_kernel<T, KD>>(BwdSmem<T, KD>::bytes, tiles(l.seq, l.heads, batch), kThreads, stream, g,
@@ -407,7 +409,6 @@ void attention_backward(const AttentionLayout& l, bool causal, float scale, int6
                                         causal, scale, x, dy, lse, static_cast<const float*>(delta),
                                         static_cast<T*>(dqkv));
   });
-  if (mma) backward_mma(l, causal, scale, tokens, dout, qkv, lse, delta, t, dqkv, stream);
 }
 
 }  // namespace te::cuda

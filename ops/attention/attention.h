@@ -52,6 +52,11 @@ constexpr int64_t kCudaAttentionMaxHeadDim = 128;
 inline bool cuda_attention_supports(DType t, int64_t head_dim) {
   return (t == DType::bf16 || t == DType::f16) && head_dim >= 1 && head_dim <= kCudaAttentionMaxHeadDim;
 }
+// Whether it takes the register-resident kernels (head_dim 64 or 128; buffers 16-byte aligned besides) rather than
+// the shared-memory ones.
+inline bool cuda_attention_register_resident(DType t, int64_t head_dim) {
+  return cuda_attention_supports(t, head_dim) && (head_dim == 64 || head_dim == 128);
+}
 
 // The kernels that run attention for this device, dtype and head_dim, in words (what --explain prints). On a GPU,
 // head_dim 64 and 128 take the register-resident kernels when every buffer is 16-byte aligned (the engine's are).

@@ -1,6 +1,8 @@
 // Shared by the attention kernels (attention.cu, attention_mma.cu): the layout as the device reads it, the tile
 // extent at a sequence's end, the warp maximum (the sum is cuda_common.cuh's), and the launch that raises a kernel's shared-memory limit.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -13,7 +15,8 @@
 
 namespace te::cuda::attention_detail {
 
-constexpr int kTile = 64;  // query rows and keys per tile, in every attention kernel
+constexpr int kTile = 64;      // query rows and keys per tile, in every attention kernel
+constexpr int kThreads = 128;  // 4 warps, each owning 16 rows of a tile
 
 // The geometry every kernel reads from the layout.
 struct Geometry {
@@ -50,6 +53,13 @@ void launch(size_t smem, dim3 grid, int threads, const Stream& stream, Args... a
   }
   Kernel<<<grid, threads, smem, raw_stream(stream)>>>(args...);
   TE_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f(T{}) with T the CUDA type of a bf16 or f16 dtype (the kernels take no other).
+template <class F>
+void dispatch_16bit(DType t, F&& f) {
+  if (t == DType::bf16) f(__nv_bfloat16());
+  else f(__half());
 }
 
 // Grid of (tiles of `seq`, ys, batch).

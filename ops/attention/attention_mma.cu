@@ -14,7 +14,6 @@ namespace te::cuda::attention_detail {
 namespace {
 using namespace warp_mma;
 
-constexpr int kThreads = 128;  // 4 warps × 16 rows = one tile of kTile rows
 constexpr int kBwdQueries = 32;  // query rows per step of the dK/dV kernel (keeps its accumulators in registers)
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -173,7 +172,8 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(Geometry g, bool c
     l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
     inv[half] = 1.f / l[half];
     const int r = r_lo + 8 * half;
-    if (lane % 4 == 0 && r < w.rows) lse[(w.batch * g.heads + w.head) * S + q0 + r] = m[half] / kLog2e + logf(l[half]);
+    if (lane % 4 == 0 && r < w.rows)
+      lse[(w.batch * g.heads + w.head) * S + q0 + r] = m[half] / kLog2e + logf(l[half]);
   }
   store_rows<T, D>(out, g.out_cols, w.base + q0, w.rows, w.head * g.head_dim, o, inv);
 }
@@ -344,19 +344,17 @@ __global__ void __launch_bounds__(kThreads, 2) dkv_kernel(Geometry g, bool causa
 // Calls f.template operator()<T, D>() for the element type and head dim (64 or 128).
 template <class F>
 void dispatch_mma(DType t, int64_t head_dim, F&& f) {
-  auto by_dim = [&](auto tag) {
+  dispatch_16bit(t, [&](auto tag) {
     using T = decltype(tag);
     if (head_dim == 64) f.template operator()<T, 64>();
     else f.template operator()<T, 128>();
-  };
-  if (t == DType::bf16) by_dim(__nv_bfloat16());
-  else by_dim(__half());
+  });
 }
 
 }  // namespace
 
 bool mma_path_applies(const AttentionLayout& l, DType t, std::initializer_list<const void*> buffers) {
-  if ((t != DType::bf16 && t != DType::f16) || (l.head_dim != 64 && l.head_dim != 128)) return false;
+  if (!cuda_attention_register_resident(t, l.head_dim)) return false;
   for (const void* p : buffers)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;  // rows are then 16-byte aligned too (D % 8 == 0)
   return true;
