@@ -84,21 +84,21 @@ std::string Engine::explain() const {
   // What rank 0 holds, by kind; communication buffers come from the allocator's cache.
   const te::RankModel::Memory mem = m.group->models[0]->memory();
   auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
-  // The step's planned peak: what the model holds, the arena, the values the kernels allocate outside it at their
-  // peak, the step's input and target, and the GEMM workspace where one is allocated (the CPU GEMM has none).
-  const bool train = m.spec().run.mode == te::RunMode::train;
   const int64_t workspace = m.device().is_cuda() ? m.group->ctxs[0]->gemm->workspace_bytes() : 0;
-  const int64_t inputs = 2 * local_tokens * m.spec().model.hidden * te::dtype_bits(m.spec().model.dtype) / 8;
-  const int64_t planned = mem.weights + mem.master_weights + mem.gradients + mem.optimizer_state + workspace + arena +
-                          held + inputs;
   o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
     << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
     << mib(mem.optimizer_state)
     << (mem.host_weights ? ", model-dtype weights in host memory (for saving) " + mib(mem.host_weights) : "")
     << ", GEMM workspace " << mib(workspace) << ", activations " << mib(arena) << " (planned arena)";
-  if (train)
+  if (m.spec().run.mode == te::RunMode::train) {
+    // The step's planned peak: what the model holds, the arena, the values the kernels allocate outside it at their
+    // peak, the step's input and target, and the GEMM workspace where one is allocated (the CPU GEMM has none).
+    const int64_t inputs = 2 * local_tokens * m.spec().model.hidden * te::dtype_bits(m.spec().model.dtype) / 8;
+    const int64_t planned = mem.weights + mem.master_weights + mem.gradients + mem.optimizer_state + workspace +
+                            arena + held + inputs;
     o << " + " << mib(held) << " (quantized activations and gradients, loss gradient: outside the arena, at their "
       << "peak), step input and target " << mib(inputs) << "; planned step peak " << mib(planned);
+  }
   o << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
     << mib(te::memory_stats(m.device()).peak_bytes) << "\n";
   return o.str();
