@@ -66,6 +66,38 @@ KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout) 
   return r;
 }
 
+// Each of two ranks' halves of the heads (qkv and dout sliced by columns, run on `device`) gives exactly the bytes
+// `whole` gave for those heads: output, statistics and gradients.
+void expect_rank_halves_match_whole(const AttnCase& c, const Tensor& qkv, const Tensor& dout, const KernelRun& whole,
+                                    Device device) {
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t w = l.qkv_cols() / 2, o = l.out_cols() / 2, h = c.heads / 2;
+  AttnCase half = c;
+  half.heads /= 2;
+  half.kv_heads /= 2;
+  const Tensor out = whole.out.to(Device::cpu()), lse = whole.lse.to(Device::cpu()),
+               dqkv = whole.dqkv.to(Device::cpu());
+  for (int rank = 0; rank < 2; ++rank) {
+    const Tensor q = qkv.narrow(1, rank * w, w).contiguous().to(device);
+    const Tensor d = dout.narrow(1, rank * o, o).contiguous().to(device);
+    const KernelRun part = run_kernels(half, q, &d);
+    EXPECT_EQ(bytes_of(part.out), bytes_of(out.narrow(1, rank * o, o).contiguous())) << "rank " << rank;
+    EXPECT_EQ(bytes_of(part.lse), bytes_of(lse.narrow(1, rank * h, h).contiguous())) << "rank " << rank;
+    EXPECT_EQ(bytes_of(part.dqkv), bytes_of(dqkv.narrow(1, rank * w, w).contiguous())) << "rank " << rank;
+  }
+}
+
+// attention_forward on these tensors throws a te::Error whose message contains `text`.
+void expect_attention_forward_refused(const AttentionLayout& l, const Tensor& qkv, Tensor& out, Tensor& lse,
+                                      const std::string& text) {
+  try {
+    attention_forward(l, {}, qkv, out, lse);
+    ADD_FAILURE() << "no error; expected one containing '" << text << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionTest, ForwardMatchesFloat64AndBackwardMatchesFiniteDifferences) {
@@ -104,20 +136,7 @@ TEST_P(AttentionTest, RankSliceGivesTheSameBytesAsTheWholeHeads) {
   const int64_t T = c.batch * c.seq;
   const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 11, Device::cpu(), Layout::contiguous);
   const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 12, Device::cpu(), Layout::contiguous);
-  const KernelRun whole = run_kernels(c, qkv, &dout);
-  AttnCase half = c;
-  half.heads /= 2;
-  half.kv_heads /= 2;
-  for (int rank = 0; rank < 2; ++rank) {
-    const Tensor q = qkv.narrow(1, rank * l.qkv_cols() / 2, l.qkv_cols() / 2).contiguous();
-    const Tensor d = dout.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous();
-    const KernelRun part = run_kernels(half, q, &d);
-    EXPECT_EQ(bytes_of(part.out),
-              bytes_of(whole.out.narrow(1, rank * l.out_cols() / 2, l.out_cols() / 2).contiguous()));
-    EXPECT_EQ(bytes_of(part.lse), bytes_of(whole.lse.narrow(1, rank * c.heads / 2, c.heads / 2).contiguous()));
-    EXPECT_EQ(bytes_of(part.dqkv),
-              bytes_of(whole.dqkv.narrow(1, rank * l.qkv_cols() / 2, l.qkv_cols() / 2).contiguous()));
-  }
+  expect_rank_halves_match_whole(c, qkv, dout, run_kernels(c, qkv, &dout), Device::cpu());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -156,17 +175,7 @@ TEST_P(AttentionGpuTest, MatchesTheCpuReferenceAndIsDeterministic) {
   const KernelRun again = run_kernels(c, qkv.to(Device::cuda(0)), &dout_gpu);
   EXPECT_EQ(bytes_of(gpu.out), bytes_of(again.out));
   EXPECT_EQ(bytes_of(gpu.dqkv), bytes_of(again.dqkv));
-  if (c.kv_heads % 2 == 0) {
-    AttnCase half = c;
-    half.heads /= 2;
-    half.kv_heads /= 2;
-    const int64_t w = l.qkv_cols() / 2, o = l.out_cols() / 2;
-    const Tensor q = qkv.narrow(1, w, w).contiguous().to(Device::cuda(0));
-    const Tensor d = dout.narrow(1, o, o).contiguous().to(Device::cuda(0));
-    const KernelRun part = run_kernels(half, q, &d);
-    EXPECT_EQ(bytes_of(part.out), bytes_of(gpu.out.to(Device::cpu()).narrow(1, o, o).contiguous()));
-    EXPECT_EQ(bytes_of(part.dqkv), bytes_of(gpu.dqkv.to(Device::cpu()).narrow(1, w, w).contiguous()));
-  }
+  if (c.kv_heads % 2 == 0) expect_rank_halves_match_whole(c, qkv, dout, gpu, Device::cuda(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -188,12 +197,11 @@ TEST(Attention, CudaRefusesF32AndWideHeadsByName) {
   const Tensor qkv = Tensor::zeros({8, l.qkv_cols()}, DType::f32, Device::cuda(0));
   Tensor out = Tensor::empty({8, l.out_cols()}, DType::f32, Device::cuda(0));
   Tensor lse = Tensor::empty({2, 2, 4}, DType::f32, Device::cuda(0));
-  try {
-    attention_forward(l, {}, qkv, out, lse);
-    FAIL() << "f32 attention on the GPU";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16/f16 with head_dim"), std::string::npos) << e.what();
-  }
+  expect_attention_forward_refused(l, qkv, out, lse, "bf16/f16 with head_dim");
+  const AttentionLayout wide{2, 2, kCudaAttentionMaxHeadDim + 8, 4};
+  const Tensor wide_qkv = Tensor::zeros({8, wide.qkv_cols()}, DType::bf16, Device::cuda(0));
+  Tensor wide_out = Tensor::empty({8, wide.out_cols()}, DType::bf16, Device::cuda(0));
+  expect_attention_forward_refused(wide, wide_qkv, wide_out, lse, "bf16/f16 with head_dim");
 }
 
 // What --explain names: which kernels a device, dtype and head_dim get (no GPU needed to ask).
@@ -233,19 +241,9 @@ TEST(Attention, RejectsPartialSequencesAndMismatchedLayoutsByName) {
   const AttentionLayout l{4, 2, 8, 16};
   const Tensor qkv = Tensor::zeros({24, l.qkv_cols()}, DType::f32);
   Tensor out = Tensor::empty({24, l.out_cols()}, DType::f32), lse = Tensor::empty({1, 4, 16}, DType::f32);
-  try {
-    attention_forward(l, {}, qkv, out, lse);
-    FAIL() << "24 tokens are not whole sequences of 16";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not whole sequences of 16"), std::string::npos) << e.what();
-  }
+  expect_attention_forward_refused(l, qkv, out, lse, "not whole sequences of 16");
   const Tensor wide = Tensor::zeros({32, l.qkv_cols() + 8}, DType::f32);
-  try {
-    attention_forward(l, {}, wide, out, lse);
-    FAIL() << "the QKV width does not match the heads";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("(heads + 2 · kv_heads) · head_dim"), std::string::npos) << e.what();
-  }
+  expect_attention_forward_refused(l, wide, out, lse, "(heads + 2 · kv_heads) · head_dim");
 }
 
 TEST(Attention, SameBytesOnEveryRun) {
