@@ -85,7 +85,8 @@ std::string Engine::explain() const {
   const te::RankModel::Memory mem = m.group->models[0]->memory();
   auto mib = [](int64_t b) { return TE_STR_(std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20) << " MiB"); };
   const int64_t workspace = m.device().is_cuda() ? m.group->ctxs[0]->gemm->workspace_bytes() : 0;
-  o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches), master weights "
+  o << "memory of rank 0 by kind: weights " << mib(mem.weights) << " (model dtype + quantized caches)"
+    << (mem.weight_images ? ", their GEMM images " + mib(mem.weight_images) : "") << ", master weights "
     << mib(mem.master_weights) << ", gradients " << mib(mem.gradients) << ", optimizer state "
     << mib(mem.optimizer_state)
     << (mem.host_weights ? ", model-dtype weights in host memory (for saving) " + mib(mem.host_weights) : "")
@@ -94,7 +95,7 @@ std::string Engine::explain() const {
     // The step's planned peak: what the model holds, the arena, the values the kernels allocate outside it at their
     // peak, the step's input and target, and the GEMM workspace where one is allocated (the CPU GEMM has none).
     const int64_t inputs = 2 * local_tokens * m.spec().model.hidden * te::dtype_bits(m.spec().model.dtype) / 8;
-    const int64_t planned = mem.weights + mem.master_weights + mem.gradients + mem.optimizer_state + workspace +
+    const int64_t planned = mem.weights + mem.weight_images + mem.master_weights + mem.gradients + mem.optimizer_state + workspace +
                             arena + held + inputs;
     o << " + " << mib(held) << " (quantized activations and gradients, loss gradient: outside the arena, at their "
       << "peak), step input and target " << mib(inputs) << "; planned step peak " << mib(planned);

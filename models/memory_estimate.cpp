@@ -11,11 +11,14 @@ namespace te {
 namespace {
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-double element_bytes_of_quantized_weights(Recipe r, DType model_dtype) {
+// Per weight element in inference: the quantized copy, and the GEMM image (bf16 at least) the recipes without a
+// tensor-core path keep beside it (run.weight_images).
+double element_bytes_of_quantized_weights(Recipe r, DType model_dtype, bool weight_images) {
+  const double image = weight_images && (r == Recipe::mxfp8 || r == Recipe::nvfp4) ? 2.0 : 0.0;
   switch (r) {
     case Recipe::none: return static_cast<double>(dtype_bits(model_dtype)) / 8;
-    case Recipe::nvfp4: return 0.5;
-    default: return 1.0;  // FP8 data; scales add well under 5 %
+    case Recipe::nvfp4: return 0.5 + image;
+    default: return 1.0 + image;  // FP8 data; scales add well under 5 %
   }
 }
 }  // namespace
@@ -43,9 +46,10 @@ MemoryEstimate estimate_memory(const ModelSpec& spec, int local_ranks) {
   }
   MemoryEstimate m;
   const double other = params - gemm_weights;
-  m.weights = train ? params * dt : gemm_weights * element_bytes_of_quantized_weights(spec.precision.recipe,
-                                                                                      spec.model.dtype) +
-                                        other * dt;
+  m.weights = train ? params * dt
+                    : gemm_weights * element_bytes_of_quantized_weights(spec.precision.recipe, spec.model.dtype,
+                                                                        spec.run.weight_images) +
+                          other * dt;
   if (train) m.training_state = params * 16;  // master, gradient, two moments: f32 each
   // A column-parallel layer's output: all tokens (gathered under SP) by its widest local features, and its input.
   m.activations = static_cast<double>(spec.run.tokens) * static_cast<double>(widest) / tp * dt * 2 * local_ranks;

@@ -17,6 +17,15 @@ namespace {
 AmaxReducer group_amax_reducer(const RankContext& ctx) {
   return ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer();
 }
+
+// The cached weight with its row-wise GEMM image in inference, where every forward reads it. Training re-quantizes
+// the weights every step and reads each copy once (fprop the row-wise, dgrad the column-wise one), so an image
+// would save nothing there.
+GemmOperand with_weight_images(const QuantizedTensor& w, const RankContext& ctx, const Stream& s) {
+  GemmOperand op(w);
+  if (!ctx.weight_images || ctx.training) return op;
+  return op.with_image(Usage::rowwise, gemm_image(w, Usage::rowwise, s));
+}
 }  // namespace
 
 ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx)
@@ -34,13 +43,22 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
     TE_CHECK(p_.weight->value.defined(), "the weight of " << p_.weight->spec->name << " was released");
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
     // uses the same scale.
-    weight_q_ =
-        q_weight_->quantize(p_.weight->value, ctx.training ? Usage::both : Usage::rowwise, s, group_amax_reducer(ctx));
+    weight_q_ = with_weight_images(
+        q_weight_->quantize(p_.weight->value, ctx.training ? Usage::both : Usage::rowwise, s, group_amax_reducer(ctx)),
+        ctx, s);
     // Training: until the next optimizer step (which writes a fresh model-dtype copy) the GEMMs read only the
     // quantized copies, so the model-dtype one goes now rather than sitting beside the activations.
     if (ctx.training) p_.weight->value = Tensor();
   }
-  return GemmOperand(*weight_q_);
+  return *weight_q_;
+}
+
+int64_t ParallelLinear::weight_image_bytes() const {
+  if (!weight_q_) return 0;
+  int64_t bytes = 0;
+  for (Usage u : {Usage::rowwise, Usage::columnwise})
+    if (weight_q_->image(u).defined()) bytes += weight_q_->image(u).nbytes();
+  return bytes;
 }
 
 void ParallelLinear::hold_weight_quantized_only(RankContext& ctx) {

@@ -49,9 +49,10 @@ class ParallelLinear {
   void hold_weight_quantized_only(RankContext& ctx);
   // The quantized weight, when it is all the device holds (the model graph binds it in place of the weight).
   const QuantizedTensor* weight_held_quantized() const {
-    return p_.weight->value.defined() ? nullptr : weight_q_ ? &*weight_q_ : nullptr;
+    return p_.weight->value.defined() ? nullptr : weight_q_ ? &weight_q_->quantized() : nullptr;
   }
-  int64_t weight_cache_bytes() const { return weight_q_ ? weight_q_->nbytes() : 0; }  // the quantized weight
+  int64_t weight_cache_bytes() const { return weight_q_ ? weight_q_->quantized().nbytes() : 0; }  // the quantized weight
+  int64_t weight_image_bytes() const;  // the GEMM images it carries (inference, run.weight_images)
   // The layer's quantizers by role (null where the recipe has none): delayed scaling keeps state in them that a
   // checkpoint saves and restores.
   struct QuantizerRef {
@@ -127,7 +128,7 @@ class ParallelLinear {
   float eps_;
   Params p_;
   std::optional<Quantizer> q_input_, q_weight_, q_grad_;
-  std::optional<QuantizedTensor> weight_q_;
+  std::optional<GemmOperand> weight_q_;  // quantized, with its GEMM images (RankContext::weight_images)
   // saved for backward
   Tensor x_, mean_, rstd_, h_;  // input, norm statistics, GEMM input (norm output or x), all local, HP
   std::optional<QuantizedTensor> x_col_;  // instead of x_: the input's column-wise copy from a fused activation

@@ -16,6 +16,8 @@ struct RankContext {
   DType dtype = DType::bf16;       // parameters and activations
   RecipeConfigs recipe;
   bool training = false;           // keep what backward needs; quantize weights for both usages
+  // Keep each quantized weight's GEMM image (gemm_image) beside it where a GEMM would dequantize it on every call.
+  bool weight_images = true;
   std::unique_ptr<GemmContext> gemm;
 
   int rank() const { return comm->rank(); }

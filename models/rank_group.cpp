@@ -12,6 +12,7 @@ void init_rank_context(RankContext& ctx, const ModelSpec& spec, Communicator& co
   ctx.dtype = spec.model.dtype;
   ctx.recipe = recipe_configs(spec.precision, spec.run.seed);
   ctx.training = spec.run.mode == RunMode::train;
+  ctx.weight_images = spec.run.weight_images;
 }
 
 void init_rank_resources(RankContext& ctx) {

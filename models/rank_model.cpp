@@ -192,7 +192,10 @@ RankModel::Memory RankModel::memory() const {
     m.gradients += bytes(p.grad);
     m.optimizer_state += bytes(p.state1) + bytes(p.state2);
   }
-  for_each_linear([&](const ParallelLinear& l) { m.weights += l.weight_cache_bytes(); });
+  for_each_linear([&](const ParallelLinear& l) {
+    m.weights += l.weight_cache_bytes();
+    m.weight_images += l.weight_image_bytes();
+  });
   return m;
 }
 

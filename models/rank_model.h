@@ -27,6 +27,7 @@ class RankModel {
   // What this rank holds now, by kind (bytes): --explain's memory account.
   struct Memory {
     int64_t weights = 0;          // model-dtype copies the kernels read, plus quantized weight caches
+    int64_t weight_images = 0;    // the quantized weights' GEMM images (run.weight_images)
     int64_t host_weights = 0;     // model-dtype copies kept in host memory for saving (GPU inference, quantized)
     int64_t master_weights = 0;   // f32 masters (training)
     int64_t gradients = 0;        // f32 (training)

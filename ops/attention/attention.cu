@@ -14,7 +14,9 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "ops/attention/attention_common.cuh"
 #include "ops/attention/attention_impl.h"
@@ -368,10 +370,34 @@ void dispatch(DType t, int64_t head_dim, F&& f) {
   });
 }
 
+// The grid's z dimension holds the sequences, at most 65535 per launch: more run as chunks of whole sequences, each
+// with its rows of every buffer (tokens × columns; the statistics are [batch, heads, seq]).
+constexpr int64_t kMaxSequencesPerLaunch = 65535;
+
+template <class F>
+bool run_in_chunks(const AttentionLayout& l, int64_t tokens, F&& chunk) {
+  const int64_t batch = tokens / l.seq;
+  if (batch <= kMaxSequencesPerLaunch) return false;
+  for (int64_t b0 = 0; b0 < batch; b0 += kMaxSequencesPerLaunch)
+    chunk(b0 * l.seq, std::min(kMaxSequencesPerLaunch, batch - b0) * l.seq);
+  return true;
+}
+
+template <class P>
+P* rows_from(P* p, int64_t row, int64_t cols, DType t) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(p) + row * cols * int64_t(dtype_bits(t) / 8));
+}
+
 }  // namespace
 
 void attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
                        void* out, float* lse, const Stream& stream) {
+  if (run_in_chunks(l, tokens, [&](int64_t row, int64_t rows) {
+        attention_forward(l, causal, scale, rows, rows_from(qkv, row, l.qkv_cols(), t), t,
+                          rows_from(out, row, l.out_cols(), t), lse + row * l.heads, stream);
+      }))
+    return;
   if (mma_path_applies(l, t, {qkv, out})) {
     forward_mma(l, causal, scale, tokens, qkv, t, out, lse, stream);
     return;
@@ -387,6 +413,12 @@ void attention_forward(const AttentionLayout& l, bool causal, float scale, int64
 void attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
                         const void* qkv, const void* out, const float* lse, DType t, void* dqkv, float* delta,
                         const Stream& stream) {
+  if (run_in_chunks(l, tokens, [&](int64_t row, int64_t rows) {
+        attention_backward(l, causal, scale, rows, rows_from(dout, row, l.out_cols(), t),
+                           rows_from(qkv, row, l.qkv_cols(), t), rows_from(out, row, l.out_cols(), t),
+                           lse + row * l.heads, t, rows_from(dqkv, row, l.qkv_cols(), t), delta + row * l.heads, stream);
+      }))
+    return;
   const Geometry g = geometry_of(l);
   const int64_t batch = tokens / l.seq, warps = tokens * l.heads;
   dispatch_16bit(t, [&](auto tag) {

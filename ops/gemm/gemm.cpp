@@ -37,6 +37,34 @@ std::string GemmOperand::str() const {
          q.device().str();
 }
 
+GemmOperand GemmOperand::with_image(Usage u, Tensor image) const {
+  TE_CHECK(is_quantized(), "GEMM operand " << str() << ": only a quantized operand carries an image");
+  TE_CHECK(u == Usage::rowwise || u == Usage::columnwise, "GEMM operand image: one copy, row-wise or column-wise");
+  if (image.defined())
+    TE_CHECK(image.dim() == 2 && image.size(0) == rows() && image.size(1) == cols() && image.device() == device(),
+             "GEMM operand " << str() << ": image " << image.str() << " is not its [" << rows() << ", " << cols()
+                             << "] image");
+  GemmOperand out = *this;
+  (u == Usage::rowwise ? out.rowwise_image_ : out.columnwise_image_) = std::move(image);
+  return out;
+}
+
+const Tensor& GemmOperand::image(Usage u) const {
+  return u == Usage::rowwise ? rowwise_image_ : columnwise_image_;
+}
+
+Tensor gemm_image(const QuantizedTensor& q, Usage u, const Stream& stream) {
+  TE_CHECK_HINT(q.has(u), "gemm_image: " << GemmOperand(q).str() << " lacks the " << usage_name(u) << " copy",
+                "quantize it with that usage");
+  if (u == Usage::columnwise && q.columnwise_rht) return Tensor();
+  if (q.device().is_cpu()) return detail::as_2d(q.dequantize_usage(u, DType::f32), stream);
+#if TE_WITH_CUDA
+  return detail::emulation_image(q, u, stream);
+#else
+  return Tensor();
+#endif
+}
+
 namespace detail {
 
 Tensor as_2d(const Tensor& t, const Stream& stream) {

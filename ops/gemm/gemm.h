@@ -23,6 +23,8 @@
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
 // CPU (any format): every operand is dequantized to f32 from the copy the role needs, then sgemm; so the CPU
 // result is the f32 GEMM of exactly the values the GPU multiplies.
+// Where a GEMM would dequantize, an operand may carry that copy's image already made (gemm_image(), e.g. a weight
+// that serves many steps); the GEMM reads it instead, with the same bytes as a result.
 //
 // Shapes need no alignment: when fp8 dims or leading dims miss cuBLASLt's rules (rows multiple of 8, K multiple
 // of 16 bytes, 16-byte aligned pointers) the call copies into zero-padded temporaries; the user's tensors are never
@@ -61,9 +63,20 @@ class GemmOperand {
   Device device() const;
   std::string str() const;  // "[8, 16] bf16" / "[8, 16] fp8_block_1d(fp8_e4m3, rowwise)" for messages
 
+  // A quantized operand with gemm_image(quantized(), u) carried beside it (an undefined image carries nothing).
+  GemmOperand with_image(Usage u, Tensor image) const;
+  const Tensor& image(Usage u) const;  // the carried image of copy `u`, or an undefined tensor
+
  private:
   std::variant<Tensor, QuantizedTensor> v_;
+  Tensor rowwise_image_, columnwise_image_;
 };
+
+// The exact high-precision image of q's `u` copy in the form a GEMM on q's device reads when it has no kernel for
+// q's format: f32 on the CPU (every format); bf16 on a GPU for MXFP8 and NVFP4, the NVFP4 per-tensor factor left
+// out (the GEMM puts it into alpha). Undefined where the GEMM reads q itself (FP8 on a GPU) and for a
+// Hadamard-transformed copy. A [rows, cols] tensor on q's device, enqueued on `stream`.
+Tensor gemm_image(const QuantizedTensor& q, Usage u, const Stream& stream = Stream());
 
 struct GemmOptions {
   // Output dtype when gemm() allocates `out`; when out is given it must be unset or equal out's dtype.
@@ -87,6 +100,8 @@ class GemmContext {
     int64_t padded_calls = 0;      // fp8 calls that went through zero-padded temporaries
     int64_t bias_kernel_calls = 0; // bias added by a separate kernel (epilogue not available)
     int64_t emulated_calls = 0;    // MXFP8 / NVFP4 / mixed formats dequantized to bf16
+    int64_t operands_dequantized = 0;  // quantized operands a call dequantized (CPU, emulation)
+    int64_t images_read = 0;           // quantized operands a call read from their carried image instead
     int64_t streaming_calls = 0;   // fp8 GEMMs with few rows run by the weight-streaming kernel
   };
   struct Impl;

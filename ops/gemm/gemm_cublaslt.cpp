@@ -490,6 +490,7 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
 
 // ---- emulation: MXFP8 / NVFP4 / mixed formats -----------------------------------------------------------------
 bool is_nvfp4(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
+bool is_block(QuantFormat f) { return f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d; }
 
 // amax = 448·6 on `device`, made once per device: a copy from the host on every call would be a synchronising copy
 // inside a CUDA-graph capture, and the graph would read a freed buffer at replay. Kept until the process ends (never
@@ -504,24 +505,35 @@ const Tensor& nvfp4_unit_amax(Device device) {
   return it->second;
 }
 
-// The operand in [rows, cols] orientation as `dtype`, exact for MXFP8 and for NVFP4 without its global factor
-// (returned through *amax so it can go into alpha instead).
+// q's copy `u` in [rows, cols] orientation as `dtype`: exact for MXFP8, and for NVFP4 without its global factor
+// (amax = 448·6 makes S_enc = S_dec = 1: the values are q · S_dec_b, exact in bf16).
+Tensor exact_image(QuantizedTensor q, Usage u, DType dtype, const Stream& stream) {
+  if (is_nvfp4(q.format)) {
+    const Tensor& unit = nvfp4_unit_amax(q.device());
+    q.rowwise_amax = unit;
+    q.columnwise_amax = unit;
+  }
+  return as_2d(q.dequantize_usage(u, dtype, stream), stream);
+}
+
+// The operand as the emulated GEMM multiplies it: its carried image when it has one in `dtype`, else q's copy made
+// exact now; an NVFP4 global amax comes back through *amax, for alpha.
 Tensor emulated_operand(const GemmOperand& op, Usage u, DType dtype, GemmRole role, const char* name,
-                        bool keep_rht, Tensor* amax, const Stream& stream) {
+                        bool keep_rht, Tensor* amax, GemmContext& ctx, const Stream& stream) {
   if (!op.is_quantized()) return as_2d(op.tensor(), stream);
   QuantizedTensor q = op.quantized();
   if (keep_rht) q.columnwise_rht = false;  // read the transformed values as stored (rht_cancels)
   TE_CHECK_HINT(q.has(u), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str() << " lacks the "
                                   << usage_name(u) << " copy this role reads",
                 "quantize it with that usage");
-  if (is_nvfp4(q.format)) {
-    *amax = u == Usage::rowwise ? q.rowwise_amax : q.columnwise_amax;
-    // amax = 448·6 makes S_enc = S_dec = 1: the dequantized values are q · S_dec_b, exact in bf16.
-    const Tensor& unit = nvfp4_unit_amax(q.device());
-    q.rowwise_amax = unit;
-    q.columnwise_amax = unit;
+  if (is_nvfp4(q.format)) *amax = u == Usage::rowwise ? q.rowwise_amax : q.columnwise_amax;
+  const Tensor& image = op.image(u);
+  if (image.defined() && image.dtype() == dtype) {
+    ctx.mutable_stats().images_read++;
+    return image;
   }
-  return as_2d(q.dequantize_usage(u, dtype, stream), stream);
+  ctx.mutable_stats().operands_dequantized++;
+  return exact_image(std::move(q), u, dtype, stream);
 }
 
 void run_emulated(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out,
@@ -534,8 +546,8 @@ void run_emulated(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, 
   const RoleUsages u = role_usages(role);
   Tensor amax_a, amax_b;
   const bool keep_rht = rht_cancels(a, b, role);
-  const Tensor a2 = emulated_operand(a, u.a, dt, role, "a", keep_rht, &amax_a, stream);  // [a.rows, a.cols]
-  const Tensor b2 = emulated_operand(b, u.b, dt, role, "b", keep_rht, &amax_b, stream);  // [b.rows, b.cols]
+  const Tensor a2 = emulated_operand(a, u.a, dt, role, "a", keep_rht, &amax_a, ctx, stream);  // [a.rows, a.cols]
+  const Tensor b2 = emulated_operand(b, u.b, dt, role, "b", keep_rht, &amax_b, ctx, stream);  // [b.rows, b.cols]
   Tensor alpha_beta;  // device [alpha, beta] when an NVFP4 global factor is folded into alpha
   if (amax_a.defined() || amax_b.defined()) {
     alpha_beta = Tensor::empty({2}, DType::f32, out.device(), stream);
@@ -548,9 +560,13 @@ void run_emulated(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, 
   run_hp(ctx, role, lhs, rhs, out, opts, alpha_beta.defined() ? alpha_beta.data<float>() : nullptr, stream);
 }
 
-bool is_block(QuantFormat f) { return f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d; }
-
 }  // namespace
+
+Tensor emulation_image(const QuantizedTensor& q, Usage u, const Stream& stream) {
+  if (q.format == QuantFormat::fp8_per_tensor || is_block(q.format)) return Tensor();  // read by the fp8 GEMM itself
+  set_current_device(q.device());
+  return exact_image(q, u, DType::bf16, stream);
+}
 
 void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
                GemmContext& ctx, const Stream& stream) {

@@ -13,37 +13,55 @@
 
 namespace te::detail {
 
-// The operand as f32 in its logical [rows, cols] orientation, taken from `usage` when quantized.
-static std::vector<float> operand_f32(const GemmOperand& op, Usage usage, GemmRole role, const char* name,
-                                      bool keep_rht) {
-  if (!op.is_quantized()) return op.tensor().to_f32_vector();
-  QuantizedTensor q = op.quantized();
-  if (keep_rht) q.columnwise_rht = false;  // read the transformed values as stored (rht_cancels)
-  TE_CHECK_HINT(q.has(usage), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str()
-                                      << " lacks the " << usage_name(usage) << " copy this role reads",
-                "quantize it with that usage");
-  return q.dequantize_usage(usage, DType::f32).to_f32_vector();
+// The operand as f32 in its logical [rows, cols] orientation, taken from `usage` when quantized: its carried image
+// when it has one (read in place), else dequantized now.
+struct F32Operand {
+  std::vector<float> owned;
+  const float* data = nullptr;
+};
+static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role, const char* name, bool keep_rht,
+                              GemmContext& ctx) {
+  F32Operand out;
+  if (!op.is_quantized()) {
+    out.owned = op.tensor().to_f32_vector();
+  } else {
+    QuantizedTensor q = op.quantized();
+    if (keep_rht) q.columnwise_rht = false;  // read the transformed values as stored (rht_cancels)
+    TE_CHECK_HINT(q.has(usage), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str()
+                                        << " lacks the " << usage_name(usage) << " copy this role reads",
+                  "quantize it with that usage");
+    const Tensor& image = op.image(usage);
+    if (image.defined() && image.dtype() == DType::f32 && image.is_contiguous()) {
+      ctx.mutable_stats().images_read++;
+      out.data = image.data<float>();
+      return out;
+    }
+    ctx.mutable_stats().operands_dequantized++;
+    out.owned = q.dequantize_usage(usage, DType::f32).to_f32_vector();
+  }
+  out.data = out.owned.data();
+  return out;
 }
 
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
-              GemmContext& /*ctx*/) {
+              GemmContext& ctx) {
   const GemmShape s = gemm_shape(a, b, role);
   const RoleUsages u = role_usages(role);
   const bool keep_rht = rht_cancels(a, b, role);
-  const std::vector<float> af = operand_f32(a, u.a, role, "a", keep_rht);  // [a.rows, a.cols]
-  const std::vector<float> bf = operand_f32(b, u.b, role, "b", keep_rht);  // [b.rows, b.cols]
+  const F32Operand af = operand_f32(a, u.a, role, "a", keep_rht, ctx);  // [a.rows, a.cols]
+  const F32Operand bf = operand_f32(b, u.b, role, "b", keep_rht, ctx);  // [b.rows, b.cols]
   std::vector<float> c(size_t(s.P * s.Q), 0.f);
   const auto ld = [](int64_t x) { return static_cast<int>(std::max<int64_t>(x, 1)); };
   const int M = static_cast<int>(s.M), N = static_cast<int>(s.N), K = static_cast<int>(s.K);
   switch (role) {
     case GemmRole::fprop:  // y[M, N] = x[M, K] · W[N, K]ᵀ
-      row_gemm(af.data(), bf.data(), /*b_transposed=*/true, s.M, s.N, s.K, c.data());
+      row_gemm(af.data, bf.data, /*b_transposed=*/true, s.M, s.N, s.K, c.data());
       break;
     case GemmRole::dgrad:  // dx[M, K] = dy[M, N] · W[N, K]
-      row_gemm(af.data(), bf.data(), /*b_transposed=*/false, s.M, s.K, s.N, c.data());
+      row_gemm(af.data, bf.data, /*b_transposed=*/false, s.M, s.K, s.N, c.data());
       break;
     case GemmRole::wgrad:  // dW[N, K] = dy[M, N]ᵀ · x[M, K]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.f, af.data(), ld(N), bf.data(), ld(K), 0.f,
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.f, af.data, ld(N), bf.data, ld(K), 0.f,
                   c.data(), ld(K));
       break;
   }

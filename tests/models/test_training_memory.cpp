@@ -70,7 +70,7 @@ void expect_step_within_plan(const std::string& recipe) {
   TrainGraph step(*g.models[0], kTokens, t.dtype());
   step.train_step(x, t, 1, 1e-3);
   const RankModel::Memory mem = g.models[0]->memory();
-  const int64_t model = mem.weights + mem.master_weights + mem.gradients + mem.optimizer_state;
+  const int64_t model = mem.weights + mem.weight_images + mem.master_weights + mem.gradients + mem.optimizer_state;
   const int64_t planned = model + step.plan().arena_bytes + step.held_peak_bytes() + x.nbytes() + t.nbytes();
   EXPECT_LE(outside_before, model) << "the model holds memory its account leaves out";
   reset_peak_memory(Device::cpu());

@@ -188,7 +188,10 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 256, 4, 2, 96, false, 0, DType::f16},     // whole tiles, head dim 96
                       AttnCase{1, 64, 2, 2, 128, true, 0, DType::f16},      // exactly one tile
                       AttnCase{2, 100, 4, 1, 64, true, 10000, DType::bf16}, // MQA on the register-resident path
-                      AttnCase{1, 96, 2, 2, 64, false, 0, DType::f16}),     // f16, not causal, head dim 64
+                      AttnCase{1, 96, 2, 2, 64, false, 0, DType::f16},      // f16, not causal, head dim 64
+                      // More sequences than one launch's grid holds (65535): run in chunks, on either path.
+                      AttnCase{66000, 1, 2, 2, 8, false, 0, DType::bf16},
+                      AttnCase{65600, 2, 2, 1, 64, true, 0, DType::bf16}),
     attn_case_name);
 
 TEST(Attention, CudaRefusesF32AndWideHeadsByName) {

@@ -281,6 +281,33 @@ TEST_P(GemmQuantized, CudaAccumulateMatchesCpu) {
   EXPECT_LE(test::rel_l2(std::vector<double>(w.begin(), w.end()), got.to_f32_vector()), test::kTolBF16);
 }
 
+// An operand carrying the images of the copies its role reads (gemm_image) gives the same bytes as one the GEMM
+// dequantizes itself, on the CPU and the GPU, and the GEMM reads the images instead of dequantizing.
+TEST_P(GemmQuantized, CarriedImagesGiveTheSameBytes) {
+  const auto& [role, pair, d] = GetParam();
+  const Usage ua = role == GemmRole::wgrad ? Usage::columnwise : Usage::rowwise;
+  const Usage ub = role == GemmRole::fprop ? Usage::rowwise : Usage::columnwise;
+  for (bool cuda : {false, true}) {
+    if (cuda && cuda_device_count() == 0) continue;
+    const Device dev = test::device_for(cuda);
+    const QuantizedTensor da = to_device(qa, dev), db = to_device(qb, dev);
+    GemmOptions opts;
+    opts.out_dtype = DType::bf16;
+    GemmContext plain_ctx(dev), image_ctx(dev);
+    const Tensor want = gemm(da, db, role, opts, plain_ctx);
+    const Tensor ia = gemm_image(da, ua), ib = gemm_image(db, ub);
+    const Tensor got = gemm(GemmOperand(da).with_image(ua, ia), GemmOperand(db).with_image(ub, ib), role, opts,
+                            image_ctx);
+    EXPECT_EQ(test::bytes_of(want), test::bytes_of(got)) << dev.str();
+    const int64_t images = int64_t(ia.defined()) + int64_t(ib.defined());
+    EXPECT_EQ(image_ctx.stats().images_read, images) << dev.str();
+    EXPECT_EQ(image_ctx.stats().operands_dequantized + images, plain_ctx.stats().operands_dequantized) << dev.str();
+    // The CPU dequantizes every quantized operand; a GPU only the formats it has no tensor-core path for.
+    if (!cuda) EXPECT_EQ(images, 2);
+    if (cuda && is_fp8_format(pair.fa) && is_fp8_format(pair.fb)) EXPECT_EQ(images, 0);
+  }
+}
+
 std::string q_name(const ::testing::TestParamInfo<QParam>& info) {
   const auto& [role, pair, d] = info.param;
   return std::string(gemm_role_name(role)) + "_" + pair.name + "_" + dims_name(d);
