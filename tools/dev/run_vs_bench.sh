@@ -2,8 +2,10 @@
 # Dev tool for the H200 (not used by CI), one call: (1) the NCCL launch path at world size 1 against the local run
 # (inference output, saved weights, 20 training losses), (2) `teengine run` on models/h200-mlp.yaml against
 # `teengine bench block` on the same shapes (inference and training, fp8_block and none: wall and device ms per step,
-# peak memory), (3) PyTorch's bf16 inference and AMP + fused AdamW step on the same block (tools/bench/torch_step.py).
-#   tools/dev/run_vs_bench.sh BUILD_DIR [parity|run|torch]...    (logs and JSON into $OUT)
+# peak memory), (3) PyTorch's bf16 inference and AMP + fused AdamW step on the same block (tools/bench/torch_step.py),
+# (4) the emulated recipes (mxfp8, nvfp4) against none, inference with and without the weights' GEMM images
+# (run.weight_images), two rounds alternating, and training.
+#   tools/dev/run_vs_bench.sh BUILD_DIR [parity|run|torch|images]...    (logs and JSON into $OUT)
 set -uo pipefail
 build=${1:-build}
 shift
@@ -41,5 +43,19 @@ for s in $sections; do
       done
       "$T" run models/h200-mlp.yaml --explain --set run.steps=1 2>&1 | grep "memory" ;;
     torch) timeout 300 python3 tools/bench/torch_step.py | tee "$out/torch.json" ;;
+    images)
+      for round in 1 2; do
+        for cfg in "none true" "mxfp8 true" "mxfp8 false" "nvfp4 true" "nvfp4 false"; do
+          set -- $cfg
+          "$T" run models/h200-mlp.yaml --set precision.recipe=$1 --set run.weight_images=$2 --set run.steps=6 \
+            --json "$out/images_$1_$2_$round.json" >/dev/null 2>>"$out/images.log"
+          med "$out/images_$1_$2_$round.json" "round $round infer $1 weight_images=$2"
+        done
+      done
+      for r in none mxfp8 nvfp4; do
+        "$T" run models/h200-mlp.yaml --set precision.recipe=$r --set run.mode=train --set run.steps=6 \
+          --json "$out/images_train_$r.json" >/dev/null 2>>"$out/images.log"
+        med "$out/images_train_$r.json" "train $r"
+      done ;;
   esac
 done
