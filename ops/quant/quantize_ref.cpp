@@ -26,9 +26,12 @@ std::vector<float> load_matrix(const QuantInput& x) {
 // the Hadamard transform applied to each full group of 16 along C (a trailing partial group is left as is).
 std::vector<float> copy_view(const std::vector<float>& X, int64_t M, int64_t K, bool columnwise, bool rht) {
   if (!columnwise) return X;
-  std::vector<float> A(X.size());  // [K, M]
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) A[k * M + m] = X[m * K + k];
+  std::vector<float> A(X.size());  // [K, M], transposed in tiles so both sides stay in cache
+  constexpr int64_t kTile = 32;
+  for (int64_t m0 = 0; m0 < M; m0 += kTile)
+    for (int64_t k0 = 0; k0 < K; k0 += kTile)
+      for (int64_t m = m0; m < std::min(M, m0 + kTile); ++m)
+        for (int64_t k = k0; k < std::min(K, k0 + kTile); ++k) A[k * M + m] = X[m * K + k];
   if (rht) {
     for (int64_t r = 0; r < K; ++r)
       for (int64_t c0 = 0; c0 + 16 <= M; c0 += 16) {
@@ -105,11 +108,42 @@ void quantize_ref(const QuantInput& x, const QuantParams& p, const QuantOutputs&
   }
 }
 
+namespace {
+
+// Row r of a copy's view A [R, C], dequantized into `row`: dequant_element's operations in its order, with each
+// block's scale decoded once and the element codes looked up in `values` (the decoded value of every code).
+void dequantize_row(const DequantArgs& a, int64_t r, const float* values, float s_dec, float* row) {
+  const CopyLayout& L = a.layout;
+  const bool fp4 = is_fp4(a.format);
+  const int64_t B = L.block ? L.block : L.C;
+  for (int64_t b = 0; b < L.blocks_per_row(); ++b) {
+    const int64_t si = scale_offset(L, r, b);
+    const float scale = a.format == QuantFormat::mxfp8 ? e8m0_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si])
+                        : fp4 ? e4m3_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si])
+                              : static_cast<const float*>(a.scale_inv)[si];
+    for (int64_t c = b * B; c < std::min(L.C, (b + 1) * B); ++c) {
+      const int64_t di = data_offset(L, r, c);
+      if (!fp4) {
+        row[c] = values[a.data[di]] * scale;
+      } else {
+        const uint8_t byte = a.data[di >> 1];
+        row[c] = values[(di & 1) ? (byte >> 4) : (byte & 0xF)] * scale * s_dec;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stream&) {
   const CopyLayout& L = a.layout;
+  float values[256];  // the value of every element code
+  for (int code = 0; code < 256; ++code)
+    values[code] = is_fp4(a.format) ? e2m1_to_f32(static_cast<uint8_t>(code & 0xF))
+                                    : fp8_to_f32(static_cast<uint8_t>(code), a.data_dtype);
+  const float s_dec = is_fp4(a.format) ? 1.0f / nvfp4_global_encode_scale(*a.amax) : 1.0f;
   std::vector<float> A(static_cast<size_t>(L.R * L.C));  // the copy's view [R, C]
-  for (int64_t r = 0; r < L.R; ++r)
-    for (int64_t c = 0; c < L.C; ++c) A[r * L.C + c] = dequant_element(a, r, c);
+  for (int64_t r = 0; r < L.R; ++r) dequantize_row(a, r, values, s_dec, &A[static_cast<size_t>(r * L.C)]);
   if (a.rht) {
     for (int64_t r = 0; r < L.R; ++r)
       for (int64_t c0 = 0; c0 + 16 <= L.C; c0 += 16) {
