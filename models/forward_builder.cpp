@@ -4,6 +4,7 @@
 
 #include "comm/gather.h"
 #include "engine/error.h"
+#include "models/train_ops.h"
 
 namespace te {
 
@@ -30,11 +31,11 @@ ExecOptions model_exec_options(RankContext& ctx, ModelBinding& binding) {
 GatherPlan plan_model_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
   ParallelLinear& linear = *b.linears.at(static_cast<size_t>(gather.attr<int64_t>("linear")));
   const ValueType& in = g.value(gather.inputs[0]).type;
-  const std::string_view op = gather.op->name;
   // The forward gather moves the input row-wise; the backward re-gather its column-wise copy; the output gradient's
   // gather both copies, with the gradient quantizer.
-  const Quantizer* q = op == "grad_gather" ? linear.grad_quantizer() : linear.input_quantizer();
-  const Usage u = op == "grad_gather" ? Usage::both : op == "regather" ? Usage::columnwise : Usage::rowwise;
+  const bool grad = is_train_op(gather.op, {TrainOp::grad_gather});
+  const Quantizer* q = grad ? linear.grad_quantizer() : linear.input_quantizer();
+  const Usage u = grad ? Usage::both : is_train_op(gather.op, {TrainOp::regather}) ? Usage::columnwise : Usage::rowwise;
   GatherPlan p = plan_gather(in.shape, q, q ? u : Usage::none, b.ctx->world());
   if (!q) p.tensor.reason = TE_STR_("recipe none: the gather moves " << dtype_name(in.dtype));
   return p;

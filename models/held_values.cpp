@@ -1,9 +1,9 @@
 #include "models/held_values.h"
 
 #include <algorithm>
-#include <string_view>
 
 #include "models/model_kernel_call.h"
+#include "models/train_ops.h"
 
 namespace te {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 int64_t dense_bytes(const ValueType& t) { return dtype_storage_bytes(t.dtype, shape_numel(t.shape)); }
 
 bool is_own_wgrad_input(const Node& n) {
-  return n.op->name == std::string_view("wgrad_input") && n.attr_or<bool>("own", false);
+  return is_train_op(n.op, {TrainOp::wgrad_input}) && n.attr_or<bool>("own", false);
 }
 
 // Whether node `c` reads value `v` (an own wgrad_input names the activation only to type its output).
@@ -19,9 +19,10 @@ bool reads(const Node& c, int v) { return !(is_own_wgrad_input(c) && c.inputs[0]
 
 int64_t held_bytes(const Graph& g, const Value& v, const ModelBinding& b) {
   const Node& n = g.node(v.producer);
-  const std::string_view op = n.op->name;
-  if (op == "wgrad" || op == "bias_grad" || op == "loss_gate" || op == "sum_all_reduce") return 0;
-  if ((op == "layernorm_backward" || op == "rmsnorm_backward") && v.id != n.outputs[0]) return 0;
+  // Parameter gradients accumulate into the model's own tensors; the loss gate and the loss sum's reduction pass
+  // their input on in place.
+  if (is_train_op(n.op, {TrainOp::wgrad, TrainOp::bias_grad, TrainOp::loss_gate, TrainOp::sum_all_reduce})) return 0;
+  if (is_train_op(n.op, {TrainOp::layernorm_backward, TrainOp::rmsnorm_backward}) && v.id != n.outputs[0]) return 0;
   if (is_own_wgrad_input(n)) {
     const Value& act = g.value(n.inputs[0]);  // the activation the fused pass quantized
     const Node& fused = g.node(act.producer);

@@ -33,7 +33,8 @@ const Node* producer_of(const BackwardBuilder& bb, int value) {
   return p >= 0 ? &bb.graph().node(p) : nullptr;
 }
 
-bool is_op(const Node* n, std::string_view op) { return n != nullptr && n->op->name == op; }
+bool is_op(const Node* n, ModelOp op) { return n != nullptr && is_model_op(n->op, op); }
+bool is_op(const Node* n, TrainOp op) { return n != nullptr && is_train_op(n->op, {op}); }
 
 // dy as the GEMMs read it: quantized both ways locally, or dy itself under recipe none.
 int quantized_grad(BackwardBuilder& bb, int dy) {
@@ -59,13 +60,13 @@ int wgrad_operand(BackwardBuilder& bb, int dq) {
   const Node& n = bb.node();
   const Node* p = producer_of(bb, n.inputs[0]);
   Attrs a = backward_attrs(n);
-  if (is_op(p, "sp_gather"))
+  if (is_op(p, ModelOp::sp_gather))
     return bb.add1(train_op(TrainOp::regather), {bb.save(p->inputs[0]), dq}, copy_attr(a, *p, "format"),
                    n.name + ".regather");
-  if (is_op(p, "quantize"))
+  if (is_op(p, ModelOp::quantize))
     return bb.add1(train_op(TrainOp::wgrad_input), {bb.save(p->inputs[0]), dq}, copy_attr(a, *p, "format"),
                    n.name + ".wgrad_input");
-  if (is_op(p, "act_quantize"))
+  if (is_op(p, ModelOp::act_quantize))
     return bb.add1(train_op(TrainOp::wgrad_input), {bb.input(0), dq}, copy_attr(a, *p, "format").set("own", true),
                    n.name + ".wgrad_input");
   return bb.input(0);  // high precision: wgrad reads it as it is
@@ -106,7 +107,7 @@ void backward_column_gemm(BackwardBuilder& bb) {
                    backward_attrs(n).set("sharding", std::string(world > 1 ? "partial" : "same")), n.name + ".dgrad");
   // Under SP the gather's backward reduce-scatters the partial sums; without it every rank holds all tokens and
   // the sums are all-reduced here.
-  if (world > 1 && !is_op(producer_of(bb, n.inputs[0]), "sp_gather"))
+  if (world > 1 && !is_op(producer_of(bb, n.inputs[0]), ModelOp::sp_gather))
     dx = bb.add1(model_op(ModelOp::reduce), {dx}, backward_attrs(n).set("sp", false), n.name + ".dgrad_all_reduce");
   bb.set_grad_input(0, dx);
 }
@@ -125,7 +126,7 @@ void backward_row_gemm(BackwardBuilder& bb) {
   const int g = bb.grad_output(0);
   // Under SP the gradient arrives gathered (reduce's backward); the bias gradient reads the local rows before it.
   const Node* gather = producer_of(bb, g);
-  const bool gathered = is_op(gather, "grad_gather");
+  const bool gathered = is_op(gather, TrainOp::grad_gather);
   const int dy_local = gathered ? gather->inputs[0] : g;
   const int dq = gathered ? g : quantized_grad(bb, g);
   bias_and_weight_grads(bb, dy_local, dq, bb.needs_grad(1) ? wgrad_operand(bb, dq) : -1);

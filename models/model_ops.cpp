@@ -71,7 +71,7 @@ std::vector<ValueType> infer_gemm(const Node& n, const std::vector<ValueType>& i
   out.shape = {in[0].shape[0], in[1].shape[0]};
   out.dtype = in[0].dtype;
   out.device = in[0].device;
-  const bool row = n.op->name == "row_gemm";
+  const bool row = is_model_op(n.op, ModelOp::row_gemm);
   out.sharding = n.attr<int64_t>("world") == 1 ? in[0].sharding : row ? Sharding::partial() : Sharding::split(1);
   return {out};
 }

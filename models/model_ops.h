@@ -105,6 +105,8 @@ inline constexpr std::array<OpDef, 12> kModelOps{{
 }};
 
 inline const OpDef& model_op(ModelOp o) { return kModelOps[static_cast<size_t>(o)]; }
+// Whether `op` is the table row of `o` (by identity, so renaming an op cannot silently change a rule).
+inline bool is_model_op(const OpDef* op, ModelOp o) { return op == &model_op(o); }
 
 // The planner's held_by_binding for model graphs: quantized values and everything a comm node produces.
 bool model_value_held_by_binding(const Graph& g, const Value& v);

@@ -19,10 +19,10 @@ bool train_value_held_by_binding(const Graph& g, const Value& v) {
   if (model_value_held_by_binding(g, v)) return true;
   if (v.producer < 0) return false;
   const Node& n = g.node(v.producer);
-  const std::string_view op = n.op->name;
-  if (op == "layernorm_backward" || op == "rmsnorm_backward") return v.id != n.outputs[0];  // dgamma, dbeta
-  return op == "bias_grad" || op == "grad_quantize" || op == "wgrad_input" || op == "wgrad" || op == "mse_loss" ||
-         op == "loss_gate";
+  if (is_train_op(n.op, {TrainOp::layernorm_backward, TrainOp::rmsnorm_backward}))
+    return v.id != n.outputs[0];  // dgamma, dbeta
+  return is_train_op(n.op, {TrainOp::bias_grad, TrainOp::grad_quantize, TrainOp::wgrad_input, TrainOp::wgrad,
+                            TrainOp::mse_loss, TrainOp::loss_gate});
 }
 
 namespace train_ops {

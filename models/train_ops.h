@@ -10,6 +10,7 @@
 // update (bool, optimizer, default true: false finishes the gradients and leaves the weights).
 #pragma once
 #include <array>
+#include <initializer_list>
 
 #include "graph/op_table.h"
 
@@ -100,6 +101,12 @@ inline constexpr std::array<OpDef, 15> kTrainOps{{
 }};
 
 inline const OpDef& train_op(TrainOp o) { return kTrainOps[static_cast<size_t>(o)]; }
+// Whether `op` is the table row of one of `ops` (by identity, so renaming an op cannot silently change a rule).
+inline bool is_train_op(const OpDef* op, std::initializer_list<TrainOp> ops) {
+  for (TrainOp o : ops)
+    if (op == &train_op(o)) return true;
+  return false;
+}
 
 // The planner's held_by_binding for training graphs: what model_value_held_by_binding holds, plus the values the
 // training kernels take from the layers (parameter gradients, quantized gradients, the loss and its gradient).
