@@ -16,12 +16,15 @@ std::vector<std::string> recipe_names() {
 }
 
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup, int repeats) {
+  const bool gpu = stream.device().is_cuda();
+  constexpr double kCpuBudgetMs = 3000;
+  if (!gpu) warmup = std::min(warmup, 1);
   for (int i = 0; i < warmup; ++i) fn();
   stream.synchronize();
   std::vector<double> ms;
-  const bool gpu = stream.device().is_cuda();
+  double spent_ms = 0;
   Event start = Event::create(stream.device(), true), stop = Event::create(stream.device(), true);
-  for (int i = 0; i < repeats; ++i) {
+  for (int i = 0; i < repeats && (gpu || i < 3 || spent_ms < kCpuBudgetMs); ++i) {
     if (gpu) {
       start.record(stream);
       fn();
@@ -32,11 +35,12 @@ Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup
       auto t0 = std::chrono::steady_clock::now();
       fn();
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      spent_ms += ms.back();
     }
   }
   std::sort(ms.begin(), ms.end());
   Timing t;
-  t.repeats = repeats;
+  t.repeats = static_cast<int>(ms.size());
   t.median_ms = ms[ms.size() / 2];
   t.min_ms = ms.front();
   t.max_ms = ms.back();
@@ -44,6 +48,7 @@ Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup
 }
 
 Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int per_sample) {
+  if (!stream.device().is_cuda()) per_sample = 1;
   Timing t = time_it(
       [&] {
         for (int i = 0; i < per_sample; ++i) fn();
@@ -52,6 +57,7 @@ Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int pe
   t.median_ms /= per_sample;
   t.min_ms /= per_sample;
   t.max_ms /= per_sample;
+  t.per_sample = per_sample;
   return t;
 }
 
@@ -67,7 +73,7 @@ double copy_bandwidth_gbs(const Stream& stream, int64_t bytes) {
 nlohmann::json fwd_bwd_throughput(const Timing& fwd, double fwd_bytes, const Timing& bwd, double bwd_bytes,
                                   double copy_gbs) {
   const double fwd_gbs = fwd_bytes / (fwd.median_ms * 1e-3) / 1e9, bwd_gbs = bwd_bytes / (bwd.median_ms * 1e-3) / 1e9;
-  return {{"ops_per_timed_sample", kOpsPerSample},
+  return {{"ops_per_timed_sample", fwd.per_sample},
           {"fwd_ms", fwd.median_ms},
           {"fwd_gbs", fwd_gbs},
           {"bwd_ms", bwd.median_ms},

@@ -11,14 +11,18 @@ namespace te::bench {
 
 struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
-  int repeats = 0;
+  int repeats = 0;      // timed samples
+  int per_sample = 1;   // calls of the timed function in each sample (time_per_op)
 };
 
-// Runs `fn` `warmup` times, then `repeats` times, each timed with events on `stream` (host clock on the CPU).
+// Runs `fn` `warmup` times, then `repeats` times, each timed with events on `stream`. On the CPU (host clock) one
+// warm-up call, and the samples stop once they have taken a few seconds (at least 3 samples): the reference kernels
+// are orders of magnitude slower than a GPU's, and a GPU-sized count would take minutes.
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup = 5, int repeats = 30);
 
 // As time_it, but each timed sample runs `fn` `per_sample` times back to back (as a graph would), so the host's
-// launch latency paid once per sample does not count as kernel time; the returned times are per call of `fn`.
+// launch latency paid once per sample does not count as kernel time; the returned times are per call of `fn`. On
+// the CPU, where nothing is launched ahead, one call per sample.
 constexpr int kOpsPerSample = 20;
 Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int per_sample = kOpsPerSample);
 
