@@ -8,7 +8,7 @@ packages=(
   libgtest-dev googletest                  # tests
   nlohmann-json3-dev                       # safetensors headers, --json output
   libcli11-dev                             # the teengine command line
-  libopenblas-dev                          # CPU GEMMs
+  libopenblas-dev                          # the baseline of the CPU GEMM benchmark (tools/bench)
   libgloo-dev                              # CPU collectives between processes (parallel.comm: gloo)
   libcpp-httplib-dev                       # HTTP/1.1 for the example server (examples/serve) and its load generator
   clang libclang-rt-14-dev                 # libFuzzer targets and sanitizer builds

@@ -31,7 +31,7 @@ if [ "${1:-}" != "--quick" ]; then
   [ -d build-tsan ] || meson setup build-tsan -Dcuda=disabled -Dbuildtype=debugoptimized --unity on \
       -Db_sanitize=thread -Db_lundef=false
   ninja -C build-tsan -j "$jobs" tests/models/models_tests tests/comm/comm_tests
-  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 TEENGINE_LOG=error
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 TEENGINE_LOG=error
   build-tsan/tests/models/models_tests --gtest_brief=1 \
       --gtest_filter='EngineApi.ConcurrentForward*:*Parity*none*:*BatchingExact.ConcurrentCallers*/none:Batching.*-*ParityMutation*'
   build-tsan/tests/comm/comm_tests --gtest_brief=1 --gtest_filter='*Local*:*Timeout*:*Abort*:*SeedRegression*'

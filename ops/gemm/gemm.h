@@ -12,7 +12,7 @@
 //
 // Operand kinds and what runs:
 //   high precision (f32 / bf16 / f16, both the same dtype, any strides): cuBLASLt in that dtype, f32 accumulation
-//     (TF32 only when GemmOptions::allow_tf32). CPU: OpenBLAS sgemm on f32 copies.
+//     (TF32 only when GemmOptions::allow_tf32). CPU: row_gemm.h on f32 copies.
 //   fp8 per-tensor × fp8 per-tensor (E4M3×E4M3, E4M3×E5M2, E5M2×E4M3): scalar fp32 scale_inv pointers, fast
 //     accumulation for fprop, split accumulation for dgrad/wgrad (override with GemmOptions::fast_accum).
 //   fp8 block 1D/2D × fp8 block 1D/2D: 1x128 (VEC128) and 128x128 (BLK128x128) fp32 scales, split accumulation;
@@ -21,7 +21,7 @@
 //     (gemm_streaming.h); same scales, split accumulation per 128-block.
 //   MXFP8 / NVFP4 (and any mix of formats): exact dequantization of the needed copies to bf16, then a bf16 GEMM;
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
-// CPU (any format): every operand is dequantized to f32 from the copy the role needs, then sgemm; so the CPU
+// CPU (any format): every operand is dequantized to f32 from the copy the role needs, then an f32 GEMM; so the CPU
 // result is the f32 GEMM of exactly the values the GPU multiplies.
 // Where a GEMM would dequantize, an operand may carry that copy's image already made (gemm_image(), e.g. a weight
 // that serves many steps); the GEMM reads it instead, with the same bytes as a result.

@@ -1,9 +1,9 @@
-// CPU GEMM: dequantize each operand (from the copy its role uses) to f32, multiply, bias, cast. fprop and dgrad go
+// CPU GEMM: dequantize each operand (from the copy its role uses) to f32, multiply, bias, cast. Every role goes
 // through row_gemm (row_gemm.h), whose rows do not depend on each other or on the row count, so a forward gives each
-// token the same bytes whatever else shares the call; wgrad (a sum over the tokens) stays one OpenBLAS sgemm. This
-// is the reference the cuBLASLt path is tested against.
-#include <cblas.h>
-
+// token the same bytes whatever else shares the call, and wgrad (dyᵀ · x, each weight-gradient row one chain over the
+// tokens) the same bytes on any number of threads. It runs on the engine's one CPU pool: a BLAS with threads of its
+// own oversubscribed the cores beside the tensor-parallel rank threads. This is the reference the cuBLASLt path is
+// tested against.
 #include <algorithm>
 #include <vector>
 
@@ -43,6 +43,15 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
   return out;
 }
 
+// out [cols, rows] = in [rows, cols]ᵀ, in tiles that stay in cache.
+static void transpose_f32(const float* in, int64_t rows, int64_t cols, float* out) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
               GemmContext& ctx) {
   const GemmShape s = gemm_shape(a, b, role);
@@ -51,8 +60,6 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
   const F32Operand af = operand_f32(a, u.a, role, "a", keep_rht, ctx);  // [a.rows, a.cols]
   const F32Operand bf = operand_f32(b, u.b, role, "b", keep_rht, ctx);  // [b.rows, b.cols]
   std::vector<float> c(size_t(s.P * s.Q), 0.f);
-  const auto ld = [](int64_t x) { return static_cast<int>(std::max<int64_t>(x, 1)); };
-  const int M = static_cast<int>(s.M), N = static_cast<int>(s.N), K = static_cast<int>(s.K);
   switch (role) {
     case GemmRole::fprop:  // y[M, N] = x[M, K] · W[N, K]ᵀ
       row_gemm(af.data, bf.data, /*b_transposed=*/true, s.M, s.N, s.K, c.data());
@@ -60,10 +67,12 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
     case GemmRole::dgrad:  // dx[M, K] = dy[M, N] · W[N, K]
       row_gemm(af.data, bf.data, /*b_transposed=*/false, s.M, s.K, s.N, c.data());
       break;
-    case GemmRole::wgrad:  // dW[N, K] = dy[M, N]ᵀ · x[M, K]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.f, af.data, ld(N), bf.data, ld(K), 0.f,
-                  c.data(), ld(K));
+    case GemmRole::wgrad: {  // dW[N, K] = dy[M, N]ᵀ · x[M, K]: dyᵀ [N, M] · x, each row a chain over the tokens
+      std::vector<float> dyt(size_t(s.N * s.M));
+      transpose_f32(af.data, s.M, s.N, dyt.data());
+      row_gemm(dyt.data(), bf.data, /*b_transposed=*/false, s.N, s.K, s.M, c.data());
       break;
+    }
   }
   // alpha and accumulate elementwise after the product: the same operations for every row.
   const std::vector<float> prev = opts.accumulate ? out.to_f32_vector() : std::vector<float>();

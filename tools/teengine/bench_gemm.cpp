@@ -225,7 +225,7 @@ int run_gemm_bench(const GemmBenchArgs& g) {
                        {"passed", rel <= tol}};
   rep["ours_ms"] = ours.median_ms;
   rep["ours_tflops"] = flops / (ours.median_ms * 1e-3) / 1e12;
-  rep["kernel"] = ctx.stats().streaming_calls > 0 ? "streaming" : dev.is_cuda() ? "cublaslt" : "openblas";
+  rep["kernel"] = ctx.stats().streaming_calls > 0 ? "streaming" : dev.is_cuda() ? "cublaslt" : "row_gemm";
   // Few tokens: the GEMM is bound by reading b once (the weight, fprop/dgrad).
   const double b_bytes = b.is_quantized() ? double(b.rows()) * double(b.cols()) : double(b_hp.nbytes());
   rep["b_read_tb_per_s"] = b_bytes / (ours.median_ms * 1e-3) / 1e12;
