@@ -143,7 +143,7 @@ void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stre
                                     : fp8_to_f32(static_cast<uint8_t>(code), a.data_dtype);
   const float s_dec = is_fp4(a.format) ? 1.0f / nvfp4_global_encode_scale(*a.amax) : 1.0f;
   std::vector<float> A(static_cast<size_t>(L.R * L.C));  // the copy's view [R, C]
-  for (int64_t r = 0; r < L.R; ++r) dequantize_row(a, r, values, s_dec, &A[static_cast<size_t>(r * L.C)]);
+  for (int64_t r = 0; r < L.R; ++r) dequantize_row(a, r, values, s_dec, A.data() + r * L.C);
   if (a.rht) {
     for (int64_t r = 0; r < L.R; ++r)
       for (int64_t c0 = 0; c0 + 16 <= L.C; c0 += 16) {

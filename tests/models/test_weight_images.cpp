@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <teengine/teengine.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,6 @@
 #include "models/rank_group.h"
 #include "models/spec.h"
 #include "tests/models/test_spec_yaml.h"
-#include "tests/models/training_util.h"
 
 namespace te {
 namespace {
