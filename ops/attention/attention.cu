@@ -386,7 +386,7 @@ bool run_in_chunks(const AttentionLayout& l, int64_t tokens, F&& chunk) {
 template <class P>
 P* rows_from(P* p, int64_t row, int64_t cols, DType t) {
   using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(p) + row * cols * int64_t(dtype_bits(t) / 8));
+  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(p) + dtype_storage_bytes(t, row * cols));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Private: the CPU reference and CUDA launchers behind ops/elementwise/elementwise.h. Every pointer is a
-// contiguous buffer; checks are done by the public entry points.
+// Private: the CPU reference and CUDA launchers behind ops/elementwise/elementwise.h (the other CPU references borrow
+// cpu::transpose_2d for their buffers). Every pointer is a contiguous buffer; checks are done by the public entry
+// points.
 #pragma once
 #include <cstdint>
 

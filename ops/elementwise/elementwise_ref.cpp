@@ -1,4 +1,6 @@
 // CPU reference of the elementwise ops: fp32 arithmetic, one rounding to the output dtype (engine/element.h).
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "engine/element.h"
@@ -21,7 +23,27 @@ void cast(const void* x, DType tx, void* out, DType tout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) store_f32(out, tout, i, load_f32(x, tx, i));
 }
 
+namespace {
+// In tiles of 32 × 32 elements, so that both the rows read and the columns written stay in cache.
+template <class E>
+void transpose_tiled(const void* x, void* out, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  const auto* src = static_cast<const E*>(x);
+  auto* dst = static_cast<E*>(out);
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) dst[c * rows + r] = src[r * cols + c];
+}
+}  // namespace
+
 void transpose_2d(const void* x, void* out, int elem_bytes, int64_t rows, int64_t cols) {
+  switch (elem_bytes) {
+    case 1: return transpose_tiled<uint8_t>(x, out, rows, cols);
+    case 2: return transpose_tiled<uint16_t>(x, out, rows, cols);
+    case 4: return transpose_tiled<uint32_t>(x, out, rows, cols);
+    case 8: return transpose_tiled<uint64_t>(x, out, rows, cols);
+  }
   const auto* src = static_cast<const unsigned char*>(x);
   auto* dst = static_cast<unsigned char*>(out);
   for (int64_t r = 0; r < rows; ++r)

@@ -9,6 +9,7 @@
 
 #include "engine/error.h"
 #include "ops/gemm/gemm_internal.h"
+#include "ops/elementwise/elementwise_impl.h"
 #include "ops/gemm/row_gemm.h"
 
 namespace te::detail {
@@ -43,15 +44,6 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
   return out;
 }
 
-// out [cols, rows] = in [rows, cols]ᵀ, in tiles that stay in cache.
-static void transpose_f32(const float* in, int64_t rows, int64_t cols, float* out) {
-  constexpr int64_t kTile = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[c * rows + r] = in[r * cols + c];
-}
-
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
               GemmContext& ctx) {
   const GemmShape s = gemm_shape(a, b, role);
@@ -69,7 +61,7 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
       break;
     case GemmRole::wgrad: {  // dW[N, K] = dy[M, N]ᵀ · x[M, K]: dyᵀ [N, M] · x, each row a chain over the tokens
       std::vector<float> dyt(size_t(s.N * s.M));
-      transpose_f32(af.data, s.M, s.N, dyt.data());
+      cpu::transpose_2d(af.data, dyt.data(), 4, s.M, s.N);
       row_gemm(dyt.data(), bf.data, /*b_transposed=*/false, s.N, s.K, s.M, c.data());
       break;
     }

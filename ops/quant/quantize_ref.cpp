@@ -6,6 +6,7 @@
 
 #include "engine/element.h"
 #include "engine/error.h"
+#include "ops/elementwise/elementwise_impl.h"
 #include "ops/quant/quant_block.h"
 #include "ops/quant/quant_kernels.h"
 
@@ -26,12 +27,8 @@ std::vector<float> load_matrix(const QuantInput& x) {
 // the Hadamard transform applied to each full group of 16 along C (a trailing partial group is left as is).
 std::vector<float> copy_view(const std::vector<float>& X, int64_t M, int64_t K, bool columnwise, bool rht) {
   if (!columnwise) return X;
-  std::vector<float> A(X.size());  // [K, M], transposed in tiles so both sides stay in cache
-  constexpr int64_t kTile = 32;
-  for (int64_t m0 = 0; m0 < M; m0 += kTile)
-    for (int64_t k0 = 0; k0 < K; k0 += kTile)
-      for (int64_t m = m0; m < std::min(M, m0 + kTile); ++m)
-        for (int64_t k = k0; k < std::min(K, k0 + kTile); ++k) A[k * M + m] = X[m * K + k];
+  std::vector<float> A(X.size());  // [K, M]
+  cpu::transpose_2d(X.data(), A.data(), 4, M, K);
   if (rht) {
     for (int64_t r = 0; r < K; ++r)
       for (int64_t c0 = 0; c0 + 16 <= M; c0 += 16) {
