@@ -109,28 +109,42 @@ TE_HD void delayed_scale_update(const DelayedUpdateArgs& a) {
 // one NaN (0x7FC00000) so that outputs compare bit for bit.
 TE_HD float canonical_nan(float v) { return f32_is_nan(v) ? f32_from_bits(0x7FC00000u) : v; }
 
+// Dequantization in three steps that every kernel shares: the decode factor of a block, the code of an element,
+// and the element's value = code value × factor (NVFP4: × S_dec after that).
+TE_HD bool dequant_fp4(const DequantArgs& a) {
+  return a.format == QuantFormat::nvfp4_1d || a.format == QuantFormat::nvfp4_2d;
+}
+// Block b (along C) of row r of A: the stored fp32 scale_inv, the E8M0 power of two (MXFP8) or the E4M3 block
+// scale (NVFP4).
+TE_HD float dequant_block_scale(const DequantArgs& a, int64_t r, int64_t b) {
+  const int64_t si = scale_offset(a.layout, r, b);
+  if (a.format == QuantFormat::mxfp8) return e8m0_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]);
+  if (dequant_fp4(a)) return e4m3_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]);
+  return static_cast<const float*>(a.scale_inv)[si];
+}
+// The code of A[r][c] (fp4: its nibble).
+TE_HD uint8_t dequant_code(const DequantArgs& a, int64_t r, int64_t c) {
+  const int64_t di = data_offset(a.layout, r, c);
+  if (!dequant_fp4(a)) return a.data[di];
+  const uint8_t byte = a.data[di >> 1];
+  return (di & 1) ? (byte >> 4) : (byte & 0xF);
+}
+TE_HD float dequant_code_value(const DequantArgs& a, uint8_t code) {
+  return dequant_fp4(a) ? e2m1_to_f32(code) : fp8_to_f32(code, a.data_dtype);
+}
+// NVFP4's per-tensor decode factor S_dec (1 for the other formats).
+TE_HD float dequant_s_dec(const DequantArgs& a) {
+  return dequant_fp4(a) ? 1.0f / nvfp4_global_encode_scale(*a.amax) : 1.0f;
+}
+TE_HD float dequant_value(const DequantArgs& a, float code_value, float block_scale, float s_dec) {
+  return dequant_fp4(a) ? code_value * block_scale * s_dec : code_value * block_scale;
+}
+
 // The value of A[r][c] of one copy, before undoing any RHT.
 TE_HD float dequant_element(const DequantArgs& a, int64_t r, int64_t c) {
-  const CopyLayout& L = a.layout;
-  const int64_t di = data_offset(L, r, c);
-  const int64_t b = L.block ? c / L.block : 0;
-  const int64_t si = scale_offset(L, r, b);
-  switch (a.format) {
-    case QuantFormat::fp8_per_tensor:
-    case QuantFormat::fp8_block_1d:
-    case QuantFormat::fp8_block_2d:
-      return fp8_to_f32(a.data[di], a.data_dtype) * static_cast<const float*>(a.scale_inv)[si];
-    case QuantFormat::mxfp8:
-      return fp8_to_f32(a.data[di], a.data_dtype) * e8m0_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]);
-    case QuantFormat::nvfp4_1d:
-    case QuantFormat::nvfp4_2d: {
-      const uint8_t byte = a.data[di >> 1];
-      const float q = e2m1_to_f32((di & 1) ? (byte >> 4) : (byte & 0xF));
-      const float s_dec = 1.0f / nvfp4_global_encode_scale(*a.amax);
-      return q * e4m3_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]) * s_dec;
-    }
-  }
-  return 0.f;
+  const int64_t b = a.layout.block ? c / a.layout.block : 0;
+  return dequant_value(a, dequant_code_value(a, dequant_code(a, r, c)), dequant_block_scale(a, r, b),
+                       dequant_s_dec(a));
 }
 
 }  // namespace te

@@ -107,26 +107,15 @@ void quantize_ref(const QuantInput& x, const QuantParams& p, const QuantOutputs&
 
 namespace {
 
-// Row r of a copy's view A [R, C], dequantized into `row`: dequant_element's operations in its order, with each
-// block's scale decoded once and the element codes looked up in `values` (the decoded value of every code).
+// Row r of a copy's view A [R, C], dequantized into `row`: dequant_element's steps, with each block's scale decoded
+// once and the element codes looked up in `values` (the value of every code).
 void dequantize_row(const DequantArgs& a, int64_t r, const float* values, float s_dec, float* row) {
   const CopyLayout& L = a.layout;
-  const bool fp4 = is_fp4(a.format);
   const int64_t B = L.block ? L.block : L.C;
   for (int64_t b = 0; b < L.blocks_per_row(); ++b) {
-    const int64_t si = scale_offset(L, r, b);
-    const float scale = a.format == QuantFormat::mxfp8 ? e8m0_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si])
-                        : fp4 ? e4m3_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si])
-                              : static_cast<const float*>(a.scale_inv)[si];
-    for (int64_t c = b * B; c < std::min(L.C, (b + 1) * B); ++c) {
-      const int64_t di = data_offset(L, r, c);
-      if (!fp4) {
-        row[c] = values[a.data[di]] * scale;
-      } else {
-        const uint8_t byte = a.data[di >> 1];
-        row[c] = values[(di & 1) ? (byte >> 4) : (byte & 0xF)] * scale * s_dec;
-      }
-    }
+    const float scale = dequant_block_scale(a, r, b);
+    for (int64_t c = b * B; c < std::min(L.C, (b + 1) * B); ++c)
+      row[c] = dequant_value(a, values[dequant_code(a, r, c)], scale, s_dec);
   }
 }
 
@@ -135,10 +124,8 @@ void dequantize_row(const DequantArgs& a, int64_t r, const float* values, float 
 void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stream&) {
   const CopyLayout& L = a.layout;
   float values[256];  // the value of every element code
-  for (int code = 0; code < 256; ++code)
-    values[code] = is_fp4(a.format) ? e2m1_to_f32(static_cast<uint8_t>(code & 0xF))
-                                    : fp8_to_f32(static_cast<uint8_t>(code), a.data_dtype);
-  const float s_dec = is_fp4(a.format) ? 1.0f / nvfp4_global_encode_scale(*a.amax) : 1.0f;
+  for (int code = 0; code < 256; ++code) values[code] = dequant_code_value(a, static_cast<uint8_t>(code));
+  const float s_dec = dequant_s_dec(a);
   std::vector<float> A(static_cast<size_t>(L.R * L.C));  // the copy's view [R, C]
   for (int64_t r = 0; r < L.R; ++r) dequantize_row(a, r, values, s_dec, A.data() + r * L.C);
   if (a.rht) {
