@@ -10,6 +10,16 @@ namespace {
 
 int64_t dense_bytes(const ValueType& t) { return dtype_storage_bytes(t.dtype, shape_numel(t.shape)); }
 
+// A quantized value with the GEMM images its quantizing pass writes beside the copies (run.activation_images).
+int64_t quantized_bytes_with_images(const ValueType& t, const RankContext& ctx) {
+  int64_t bytes = quantized_value_bytes(t);
+  const std::optional<ImageSpec> image = gemm_image_spec(*t.quant, ctx.device);
+  if (!ctx.activation_images || !image) return bytes;
+  for (Usage u : {Usage::rowwise, Usage::columnwise})
+    if (has_usage(t.usages, u)) bytes += dtype_storage_bytes(image->dtype, shape_numel(t.shape));
+  return bytes;
+}
+
 bool is_own_wgrad_input(const Node& n) {
   return is_train_op(n.op, {TrainOp::wgrad_input}) && n.attr_or<bool>("own", false);
 }
@@ -28,12 +38,12 @@ int64_t held_bytes(const Graph& g, const Value& v, const ModelBinding& b) {
     const Node& fused = g.node(act.producer);
     const ParallelLinear& l = *b.linears.at(static_cast<size_t>(n.attr<int64_t>("linear")));
     const bool col = l.keeps_columnwise_copy(model_ops::act_of(fused), g.value(fused.inputs[0]).type.shape, *b.ctx);
-    return col ? quantized_value_bytes(v.type) : dense_bytes(act.type);
+    return col ? quantized_bytes_with_images(v.type, *b.ctx) : dense_bytes(act.type);
   }
   if (!v.type.is_quantized()) return dense_bytes(v.type);
-  // A gather may fall back to the model dtype (comm/gather.h): the larger of the two.
+  // A gather may fall back to the model dtype (comm/gather.h): the larger of the two; it carries no images.
   return n.op->is_gather ? std::max(quantized_value_bytes(v.type), dense_bytes(v.type))
-                         : quantized_value_bytes(v.type);
+                         : quantized_bytes_with_images(v.type, *b.ctx);
 }
 
 }  // namespace

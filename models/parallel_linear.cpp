@@ -18,13 +18,12 @@ AmaxReducer group_amax_reducer(const RankContext& ctx) {
   return ctx.world() > 1 ? amax_reducer(*ctx.comm) : AmaxReducer();
 }
 
-// The cached weight with its row-wise GEMM image in inference, where every forward reads it. Training re-quantizes
-// the weights every step and reads each copy once (fprop the row-wise, dgrad the column-wise one), so an image
-// would save nothing there.
-GemmOperand with_weight_images(const QuantizedTensor& w, const RankContext& ctx, const Stream& s) {
-  GemmOperand op(w);
-  if (!ctx.weight_images || ctx.training) return op;
-  return op.with_image(Usage::rowwise, gemm_image(w, Usage::rowwise, s));
+// The images a GEMM on this rank's device reads instead of dequantizing what `q` quantizes, when the spec keeps them:
+// written by the quantizing pass itself, they cost one store per element there and save a dequantizing pass (and
+// its launch) per GEMM that reads the copy.
+std::optional<ImageSpec> images_of(const std::optional<Quantizer>& q, bool wanted, const RankContext& ctx) {
+  if (!q || !wanted) return std::nullopt;
+  return gemm_image_spec(q->config().format, ctx.device);
 }
 }  // namespace
 
@@ -34,6 +33,10 @@ ParallelLinear::ParallelLinear(ParallelMode mode, NormKind norm, float eps, Para
     q_input_.emplace(*ctx.recipe.input);
     q_weight_.emplace(*ctx.recipe.weight);
     q_grad_.emplace(*ctx.recipe.grad);
+    // The images the cached weight will carry: the row-wise copy's (inference), both copies' (training).
+    const std::optional<ImageSpec> image = images_of(q_weight_, ctx.weight_images, ctx);
+    if (image && p_.weight->value.defined())
+      weight_image_bytes_ = dtype_storage_bytes(image->dtype, p_.weight->value.numel()) * (ctx.training ? 2 : 1);
   }
 }
 
@@ -43,22 +46,13 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
     TE_CHECK(p_.weight->value.defined(), "the weight of " << p_.weight->spec->name << " was released");
     // Once per optimizer step. Sharded per-tensor amaxes are reduced over the group so every rank (and tp = 1)
     // uses the same scale.
-    weight_q_ = with_weight_images(
-        q_weight_->quantize(p_.weight->value, ctx.training ? Usage::both : Usage::rowwise, s, group_amax_reducer(ctx)),
-        ctx, s);
+    weight_q_ = q_weight_->quantize(p_.weight->value, ctx.training ? Usage::both : Usage::rowwise, s,
+                                    group_amax_reducer(ctx), images_of(q_weight_, ctx.weight_images, ctx));
     // Training: until the next optimizer step (which writes a fresh model-dtype copy) the GEMMs read only the
     // quantized copies, so the model-dtype one goes now rather than sitting beside the activations.
     if (ctx.training) p_.weight->value = Tensor();
   }
   return *weight_q_;
-}
-
-int64_t ParallelLinear::weight_image_bytes() const {
-  if (!weight_q_) return 0;
-  int64_t bytes = 0;
-  for (Usage u : {Usage::rowwise, Usage::columnwise})
-    if (weight_q_->image(u).defined()) bytes += weight_q_->image(u).nbytes();
-  return bytes;
 }
 
 void ParallelLinear::hold_weight_quantized_only(RankContext& ctx) {
@@ -73,7 +67,7 @@ GemmOperand ParallelLinear::quantize_local(std::optional<Quantizer>& q, const Te
                                            RankContext& ctx, const Stream& s) {
   if (!q) return GemmOperand(t);
   // A tensor sharded over the group (row-parallel input, features split) reduces its per-tensor amax too.
-  return GemmOperand(q->quantize(t, usages, s, group_amax_reducer(ctx)));
+  return GemmOperand(q->quantize(t, usages, s, group_amax_reducer(ctx), images_of(q, ctx.activation_images, ctx)));
 }
 
 bool ParallelLinear::fuses_norm_quantize(const RankContext& ctx) const {
@@ -85,7 +79,8 @@ bool ParallelLinear::fuses_activation_quantize() const { return mode_ == Paralle
 QuantizedTensor ParallelLinear::norm_quantized(const Tensor& x, RankContext& ctx, const Stream& s) {
   // Fused where norm_forward_quantized has a kernel; the same bytes as norm then quantize either way. Nothing saved.
   return norm_forward_quantized(norm_, x, p_.norm_weight->value, p_.norm_bias ? p_.norm_bias->value : Tensor(), eps_,
-                                ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx))
+                                ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx),
+                                images_of(q_input_, ctx.activation_images, ctx))
       .out;
 }
 
@@ -117,14 +112,15 @@ QuantizedTensor ParallelLinear::act_quantized(ActKind act, const Tensor& pre, Ra
   // Training needs the activation's column-wise copy for wgrad: where one fused pass writes both copies, the
   // column-wise one is saved (half the bytes of the activation, and no second pass over it in the backward);
   // otherwise the activation itself is kept, from the same pass, and quantized column-wise in the backward.
+  const std::optional<ImageSpec> images = images_of(q_input_, ctx.activation_images, ctx);
   if (keeps_columnwise_copy(act, pre.shape(), ctx) && q_input_->can_fuse_activation(pre, Usage::both)) {
-    QuantizedTensor both = act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::both, s);
+    QuantizedTensor both = act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::both, s, {}, nullptr, images);
     x_col_ = both;
-    x_col_->rowwise_data = x_col_->rowwise_scale_inv = x_col_->rowwise_amax = Tensor();
+    x_col_->rowwise_data = x_col_->rowwise_scale_inv = x_col_->rowwise_amax = x_col_->rowwise_image = Tensor();
     return both;
   }
   return act_forward_quantized(act, pre, ctx.dtype, *q_input_, Usage::rowwise, s, group_amax_reducer(ctx),
-                               ctx.training ? &x_ : nullptr);
+                               ctx.training ? &x_ : nullptr, images);
 }
 
 bool ParallelLinear::keeps_columnwise_copy(ActKind act, const Shape& pre, const RankContext& ctx) const {

@@ -52,7 +52,9 @@ class ParallelLinear {
     return p_.weight->value.defined() ? nullptr : weight_q_ ? &weight_q_->quantized() : nullptr;
   }
   int64_t weight_cache_bytes() const { return weight_q_ ? weight_q_->quantized().nbytes() : 0; }  // the quantized weight
-  int64_t weight_image_bytes() const;  // the GEMM images it carries (inference, run.weight_images)
+  // The GEMM images its cached weight carries while it is cached (run.weight_images): from load on in inference,
+  // through each training step (made with the step's quantized copies, dropped at the optimizer update).
+  int64_t weight_image_bytes() const { return weight_image_bytes_; }
   // The layer's quantizers by role (null where the recipe has none): delayed scaling keeps state in them that a
   // checkpoint saves and restores.
   struct QuantizerRef {
@@ -129,6 +131,7 @@ class ParallelLinear {
   Params p_;
   std::optional<Quantizer> q_input_, q_weight_, q_grad_;
   std::optional<GemmOperand> weight_q_;  // quantized, with its GEMM images (RankContext::weight_images)
+  int64_t weight_image_bytes_ = 0;
   // saved for backward
   Tensor x_, mean_, rstd_, h_;  // input, norm statistics, GEMM input (norm output or x), all local, HP
   std::optional<QuantizedTensor> x_col_;  // instead of x_: the input's column-wise copy from a fused activation

@@ -16,8 +16,11 @@ struct RankContext {
   DType dtype = DType::bf16;       // parameters and activations
   RecipeConfigs recipe;
   bool training = false;           // keep what backward needs; quantize weights for both usages
-  // Keep each quantized weight's GEMM image (gemm_image) beside it where a GEMM would dequantize it on every call.
+  // Where a GEMM would dequantize a quantized operand (ops/gemm: gemm_image_spec), the pass that quantizes it also
+  // writes its exact image and the GEMM reads that: for the weights (made once per load or optimizer step) and for
+  // the activations and gradients (run.weight_images / run.activation_images).
   bool weight_images = true;
+  bool activation_images = true;
   std::unique_ptr<GemmContext> gemm;
 
   int rank() const { return comm->rank(); }

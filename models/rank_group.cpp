@@ -13,6 +13,7 @@ void init_rank_context(RankContext& ctx, const ModelSpec& spec, Communicator& co
   ctx.recipe = recipe_configs(spec.precision, spec.run.seed);
   ctx.training = spec.run.mode == RunMode::train;
   ctx.weight_images = spec.run.weight_images;
+  ctx.activation_images = spec.run.activation_images;
 }
 
 void init_rank_resources(RankContext& ctx) {

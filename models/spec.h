@@ -160,10 +160,12 @@ struct RunSpec {
   // Inference on a GPU at tp 1: each token count's forward is captured as a CUDA graph once, then replayed (no
   // launch gaps). Ignored, with a warning, where the run lands on the CPU.
   bool cuda_graph = false;
-  // Inference: quantized weights keep their exact high-precision image where a GEMM has no kernel for their format
-  // and would dequantize them on every call (MXFP8 / NVFP4 on Hopper; every format on the CPU): faster, more memory.
-  // The results are the same bytes either way.
+  // Where a GEMM has no kernel for a quantized operand's format and would dequantize it (MXFP8 / NVFP4 on Hopper;
+  // every format on the CPU), the pass that quantizes the operand also writes its exact high-precision image and the
+  // GEMM reads that: the weights (inference: once at load; training: once per step) and the activations and
+  // gradients. Faster, more memory; the results are the same bytes either way.
   bool weight_images = true;
+  bool activation_images = true;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t tokens = 1024;
   int64_t steps = 1;

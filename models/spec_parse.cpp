@@ -415,6 +415,8 @@ void read_run(const Ctx& c, const YAML::Node& n, RunSpec& r) {
   if (f.has("executor")) r.executor = read_enum(c, f.get("executor"), "run.executor", kExecutors);
   if (f.has("cuda_graph")) r.cuda_graph = read_bool(c, f.get("cuda_graph"), "run.cuda_graph");
   if (f.has("weight_images")) r.weight_images = read_bool(c, f.get("weight_images"), "run.weight_images");
+  if (f.has("activation_images"))
+    r.activation_images = read_bool(c, f.get("activation_images"), "run.activation_images");
   if (f.has("device")) {
     r.device = read_string(c, f.get("device"), "run.device");
     bool ok = r.device == "auto" || r.device == "cpu" || r.device == "cuda";

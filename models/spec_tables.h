@@ -60,7 +60,8 @@ inline constexpr std::string_view kPrecisionKeys[] = {"recipe",    "fp8_format",
 inline constexpr std::string_view kRunKeys[] = {"mode",      "executor",   "cuda_graph",   "device",
                                                 "tokens",    "steps",      "seed",         "optimizer",
                                                 "data",      "eval_data",  "shuffle",      "eval_every",
-                                                "eval_batches", "checkpoint_every", "weight_images"};
+                                                "eval_batches", "checkpoint_every", "weight_images",
+                                                "activation_images"};
 inline constexpr std::string_view kOptimizerKeys[] = {"type",  "lr",  "momentum", "weight_decay",
                                                       "betas", "eps", "schedule"};
 inline constexpr std::string_view kScheduleKeys[] = {"type", "warmup_steps", "decay_steps", "min_lr"};

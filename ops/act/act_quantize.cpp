@@ -7,14 +7,15 @@
 namespace te {
 
 QuantizedTensor act_forward_quantized(ActKind kind, const Tensor& x, DType out_dtype, Quantizer& quantizer,
-                                      Usage usages, const Stream& stream, const AmaxReducer& reduce, Tensor* act_out) {
+                                      Usage usages, const Stream& stream, const AmaxReducer& reduce, Tensor* act_out,
+                                      std::optional<ImageSpec> images) {
   const bool fusable = kind != ActKind::swiglu && out_dtype == x.dtype() && (!act_out || usages == Usage::rowwise);
   if (fusable && quantizer.can_fuse_activation(x, usages))
     return quantizer.quantize_activation(kind == ActKind::gelu ? QuantPreAct::gelu : QuantPreAct::relu, x, usages,
-                                         stream, act_out);
+                                         stream, act_out, images);
   const Tensor y = act_forward(kind, x, out_dtype, stream);  // [..., F] out_dtype
   if (act_out) *act_out = y;
-  return quantizer.quantize(y, usages, stream, reduce);
+  return quantizer.quantize(y, usages, stream, reduce, images);
 }
 
 }  // namespace te

@@ -10,9 +10,10 @@
 namespace te {
 
 // x [..., F_in] (see act.h) → QuantizedTensor of logical shape [..., F], original dtype out_dtype. With `act_out`,
-// also the activation itself in out_dtype (a training forward keeps it): written by the same fused pass.
+// also the activation itself in out_dtype (a training forward keeps it): written by the same fused pass. With
+// `images`, the copies' exact images too (Quantizer::quantize).
 QuantizedTensor act_forward_quantized(ActKind kind, const Tensor& x, DType out_dtype, Quantizer& quantizer,
                                       Usage usages, const Stream& stream = Stream(), const AmaxReducer& reduce = {},
-                                      Tensor* act_out = nullptr);
+                                      Tensor* act_out = nullptr, std::optional<ImageSpec> images = std::nullopt);
 
 }  // namespace te

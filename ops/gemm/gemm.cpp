@@ -44,19 +44,28 @@ GemmOperand GemmOperand::with_image(Usage u, Tensor image) const {
     TE_CHECK(image.dim() == 2 && image.size(0) == rows() && image.size(1) == cols() && image.device() == device(),
              "GEMM operand " << str() << ": image " << image.str() << " is not its [" << rows() << ", " << cols()
                              << "] image");
-  GemmOperand out = *this;
-  (u == Usage::rowwise ? out.rowwise_image_ : out.columnwise_image_) = std::move(image);
-  return out;
+  QuantizedTensor q = quantized();
+  (u == Usage::rowwise ? q.rowwise_image : q.columnwise_image) = std::move(image);
+  return GemmOperand(q);
 }
 
 const Tensor& GemmOperand::image(Usage u) const {
-  return u == Usage::rowwise ? rowwise_image_ : columnwise_image_;
+  static const Tensor none;
+  if (!is_quantized()) return none;
+  return u == Usage::rowwise ? quantized().rowwise_image : quantized().columnwise_image;
+}
+
+std::optional<ImageSpec> gemm_image_spec(QuantFormat format, Device device) {
+  if (device.is_cpu()) return ImageSpec{DType::f32, true};
+  if (format == QuantFormat::mxfp8 || format == QuantFormat::nvfp4_1d || format == QuantFormat::nvfp4_2d)
+    return ImageSpec{DType::bf16, false};
+  return std::nullopt;
 }
 
 Tensor gemm_image(const QuantizedTensor& q, Usage u, const Stream& stream) {
   TE_CHECK_HINT(q.has(u), "gemm_image: " << GemmOperand(q).str() << " lacks the " << usage_name(u) << " copy",
                 "quantize it with that usage");
-  if (u == Usage::columnwise && q.columnwise_rht) return Tensor();
+  if ((u == Usage::columnwise && q.columnwise_rht) || !gemm_image_spec(q.format, q.device())) return Tensor();
   if (q.device().is_cpu()) return detail::as_2d(q.dequantize_usage(u, DType::f32), stream);
 #if TE_WITH_CUDA
   return detail::emulation_image(q, u, stream);

@@ -63,14 +63,19 @@ class GemmOperand {
   Device device() const;
   std::string str() const;  // "[8, 16] bf16" / "[8, 16] fp8_block_1d(fp8_e4m3, rowwise)" for messages
 
-  // A quantized operand with gemm_image(quantized(), u) carried beside it (an undefined image carries nothing).
+  // A quantized operand carrying gemm_image(quantized(), u) in its QuantizedTensor (an undefined image carries
+  // nothing); a quantizer can write the same image in its own pass (gemm_image_spec).
   GemmOperand with_image(Usage u, Tensor image) const;
   const Tensor& image(Usage u) const;  // the carried image of copy `u`, or an undefined tensor
 
  private:
   std::variant<Tensor, QuantizedTensor> v_;
-  Tensor rowwise_image_, columnwise_image_;
 };
+
+// The form of the image a GEMM on `device` reads instead of dequantizing a `format` operand: f32 with NVFP4's
+// per-tensor factor on the CPU (every format); bf16 without that factor (it goes into alpha) for MXFP8 / NVFP4 on a
+// GPU; nothing for FP8 on a GPU, whose GEMM reads the quantized copy itself. Pass it to Quantizer::quantize.
+std::optional<ImageSpec> gemm_image_spec(QuantFormat format, Device device);
 
 // The exact high-precision image of q's `u` copy in the form a GEMM on q's device reads when it has no kernel for
 // q's format: f32 on the CPU (every format); bf16 on a GPU for MXFP8 and NVFP4, the NVFP4 per-tensor factor left

@@ -527,10 +527,9 @@ Tensor emulated_operand(const GemmOperand& op, Usage u, DType dtype, GemmRole ro
                                   << usage_name(u) << " copy this role reads",
                 "quantize it with that usage");
   if (is_nvfp4(q.format)) *amax = u == Usage::rowwise ? q.rowwise_amax : q.columnwise_amax;
-  const Tensor& image = op.image(u);
-  if (image.defined() && image.dtype() == dtype) {
+  if (const Tensor* image = usable_image(op, u, keep_rht, dtype)) {
     ctx.mutable_stats().images_read++;
-    return image;
+    return *image;
   }
   ctx.mutable_stats().operands_dequantized++;
   return exact_image(std::move(q), u, dtype, stream);

@@ -27,6 +27,15 @@ inline bool rht_cancels(const GemmOperand& a, const GemmOperand& b, GemmRole rol
          b.quantized().columnwise_rht;
 }
 
+// The image of op's copy `u` a call can multiply in `dtype`, or null: a Hadamard-transformed copy's image holds the
+// stored values, which only a call whose transforms cancel (keep_rht) reads.
+inline const Tensor* usable_image(const GemmOperand& op, Usage u, bool keep_rht, DType dtype) {
+  const Tensor& image = op.image(u);
+  if (!image.defined() || image.dtype() != dtype || !image.is_contiguous()) return nullptr;
+  if (u == Usage::columnwise && op.quantized().columnwise_rht && !keep_rht) return nullptr;
+  return &image;
+}
+
 // The 2D view [rows, cols] of a tensor (leading dims flattened); copies only when strides forbid a view.
 Tensor as_2d(const Tensor& t, const Stream& stream);
 

@@ -31,10 +31,9 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
     TE_CHECK_HINT(q.has(usage), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str()
                                         << " lacks the " << usage_name(usage) << " copy this role reads",
                   "quantize it with that usage");
-    const Tensor& image = op.image(usage);
-    if (image.defined() && image.dtype() == DType::f32 && image.is_contiguous()) {
+    if (const Tensor* image = usable_image(op, usage, keep_rht, DType::f32)) {
       ctx.mutable_stats().images_read++;
-      out.data = image.data<float>();
+      out.data = image->data<float>();
       return out;
     }
     ctx.mutable_stats().operands_dequantized++;

@@ -39,10 +39,11 @@ bool norm_quantize_fusable(const Tensor& x, const Tensor& gamma, const Tensor& b
 
 NormQuantized norm_forward_then_quantize(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          float eps, DType out_dtype, Quantizer& quantizer, Usage usages,
-                                         const Stream& stream, const AmaxReducer& reduce) {
+                                         const Stream& stream, const AmaxReducer& reduce,
+                                         std::optional<ImageSpec> images) {
   NormForward f = norm_forward(kind, x, gamma, beta, eps, out_dtype, stream);  // [..., H] out_dtype
   NormQuantized r;
-  r.out = quantizer.quantize(f.out, usages, stream, reduce);
+  r.out = quantizer.quantize(f.out, usages, stream, reduce, images);
   r.mean = f.mean;
   r.rstd = f.rstd;
   return r;
@@ -50,9 +51,9 @@ NormQuantized norm_forward_then_quantize(NormKind kind, const Tensor& x, const T
 
 NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                                      DType out_dtype, Quantizer& quantizer, Usage usages, const Stream& stream,
-                                     const AmaxReducer& reduce) {
-  if (!norm_quantize_fusable(x, gamma, beta, out_dtype, quantizer, usages))
-    return norm_forward_then_quantize(kind, x, gamma, beta, eps, out_dtype, quantizer, usages, stream, reduce);
+                                     const AmaxReducer& reduce, std::optional<ImageSpec> images) {
+  if (images || !norm_quantize_fusable(x, gamma, beta, out_dtype, quantizer, usages))
+    return norm_forward_then_quantize(kind, x, gamma, beta, eps, out_dtype, quantizer, usages, stream, reduce, images);
 #if TE_WITH_CUDA
   // Validate exactly as the plain forward does (shapes, dtypes, devices), using a zero-size stand-in output.
   const int64_t H = x.size(-1), M = x.numel() / H;

@@ -23,10 +23,12 @@ struct NormQuantized {
   bool fused = false;   // true when the fused kernel produced `out`
 };
 
-// `reduce` is handed to Quantizer::quantize (per-tensor amax across a group) on the unfused path.
+// `reduce` is handed to Quantizer::quantize (per-tensor amax across a group) on the unfused path. With `images` the
+// copies carry their exact images (Quantizer::quantize); the fused kernel writes none, so that path is unfused.
 NormQuantized norm_forward_quantized(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                                      DType out_dtype, Quantizer& quantizer, Usage usages,
-                                     const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+                                     const Stream& stream = Stream(), const AmaxReducer& reduce = {},
+                                     std::optional<ImageSpec> images = std::nullopt);
 
 // Whether norm_forward_quantized would use the fused kernel for this configuration.
 bool norm_quantize_fusable(const Tensor& x, const Tensor& gamma, const Tensor& beta, DType out_dtype,
@@ -35,6 +37,7 @@ bool norm_quantize_fusable(const Tensor& x, const Tensor& gamma, const Tensor& b
 // The unfused path on purpose (norm, then quantize): the baseline the fused kernel is compared and timed against.
 NormQuantized norm_forward_then_quantize(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          float eps, DType out_dtype, Quantizer& quantizer, Usage usages,
-                                         const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+                                         const Stream& stream = Stream(), const AmaxReducer& reduce = {},
+                                         std::optional<ImageSpec> images = std::nullopt);
 
 }  // namespace te

@@ -50,4 +50,11 @@ constexpr Usage operator&(Usage a, Usage b) { return static_cast<Usage>(static_c
 constexpr bool has_usage(Usage set, Usage u) { return (set & u) == u && u != Usage::none; }
 std::string_view usage_name(Usage u);  // "rowwise" | "columnwise" | "both" | "none"
 
+// The form of a copy's exact image (QuantizedTensor::rowwise_image / columnwise_image): its dtype, and whether
+// NVFP4's per-tensor decode factor is applied (a GEMM that folds that factor into alpha wants it left out).
+struct ImageSpec {
+  DType dtype = DType::bf16;
+  bool tensor_factor = true;
+};
+
 }  // namespace te

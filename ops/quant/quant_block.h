@@ -140,6 +140,21 @@ TE_HD float dequant_value(const DequantArgs& a, float code_value, float block_sc
   return dequant_fp4(a) ? code_value * block_scale * s_dec : code_value * block_scale;
 }
 
+// Quantize side: the decoded scale of a block as a dequantization reads it back (dequant_block_scale), and the image
+// value of one code under it — dequant_value's product, NVFP4 times `s_dec` (1 when the image leaves it out).
+TE_HD float decoded_block_scale(const QuantParams& p, const BlockScale& bs) {
+  if (p.format == QuantFormat::mxfp8) return e8m0_to_f32(bs.code);
+  if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d) return e4m3_to_f32(bs.code);
+  return bs.scale_inv;
+}
+TE_HD float image_value(const QuantParams& p, uint8_t code, float block_scale, float s_dec) {
+  if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d)
+    return canonical_nan(e2m1_to_f32(code) * block_scale * s_dec);
+  return canonical_nan(fp8_to_f32(code, p.data_dtype) * block_scale);
+}
+// The s_dec an image of an NVFP4 copy with global encode scale `s_enc` multiplies by (dequant_s_dec's value).
+TE_HD float image_s_dec(const ImageSpec& spec, float s_enc) { return spec.tensor_factor ? 1.0f / s_enc : 1.0f; }
+
 // The value of A[r][c] of one copy, before undoing any RHT.
 TE_HD float dequant_element(const DequantArgs& a, int64_t r, int64_t c) {
   const int64_t b = a.layout.block ? c / a.layout.block : 0;

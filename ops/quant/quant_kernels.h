@@ -51,6 +51,12 @@ struct QuantOutputs {
   // Fused activation only: when set, the activation as rounded to x's dtype, [M, K] contiguous (what act_forward
   // would have written; a training forward keeps it for the backward).
   void* act_out = nullptr;
+  // When set: each copy's exact image, [M, K] contiguous in image.dtype whatever the copy's orientation — the value
+  // a dequantization of that copy returns, NVFP4 with its per-tensor factor only when image.tensor_factor; for a
+  // Hadamard-transformed copy the values as stored (the transform not undone).
+  void* row_image = nullptr;
+  void* col_image = nullptr;
+  ImageSpec image;
 };
 
 // amax_out[0] = max(amax_out[0], max|x|) (the row-wise/plain amax); when `col_amax_out` is given (NVFP4 with

@@ -60,12 +60,20 @@ struct CopyCtx {
   float tensor_amax;  // per-tensor amax of this copy (per-tensor fp8, NVFP4)
   float s_enc;
   uint32_t copy;
+  void* image;  // the copy's image in x's [M, K] order, or null
+  const ImageSpec* spec;
 };
+
+// Element (r, c) of a copy's view A goes to image index r * C + c (row-wise) or c * R + r (A = xᵀ).
+__device__ __forceinline__ void store_image(const CopyCtx& ctx, int64_t r, int64_t c, float v) {
+  const CopyLayout& L = ctx.out->layout;
+  store_f32(ctx.image, ctx.spec->dtype, ctx.copy ? c * L.R + r : r * L.C + c, v);
+}
 
 // One row segment of A (128 elements from c0, 4 per lane) of row r: block amax, scale, codes, stores.
 // `v` holds this lane's 4 values; `tile_amax` is the 2D tile amax (2D formats) for this lane's block.
 __device__ void quantize_segment(const CopyCtx& ctx, int64_t r, int64_t c0, const float (&v)[4], float tile_amax,
-                                 float* mx_factor_out) {
+                                 float* mx_factor_out, float* mx_decoded_out) {
   const QuantParams& p = *ctx.p;
   const CopyLayout& L = ctx.out->layout;
   const int lane = threadIdx.x & 31;
@@ -83,13 +91,19 @@ __device__ void quantize_segment(const CopyCtx& ctx, int64_t r, int64_t c0, cons
   const BlockScale bs = block_scale(p, ctx.in, amax, ctx.s_enc);
   if (L.block != 0 && lane % G == 0) store_block_scale(p, ctx.out->scale_inv, scale_offset(L, r, b), bs);
   if (c >= L.C) return;
+  const float decoded = decoded_block_scale(p, bs);
   if (mx_factor_out) {  // MXFP8 column-wise: data is written later in x's [M, K] order
     *mx_factor_out = bs.factor;
+    *mx_decoded_out = decoded;
     return;
   }
   uint8_t q[4];
   for (int j = 0; j < 4; ++j)
     q[j] = (c + j < L.C) ? encode_element(p, v[j], bs.factor, static_cast<uint64_t>(r * L.C + c + j), ctx.copy) : 0;
+  if (ctx.image) {
+    const float s_dec = image_s_dec(*ctx.spec, ctx.s_enc);
+    for (int j = 0; j < 4 && c + j < L.C; ++j) store_image(ctx, r, c + j, image_value(p, q[j], decoded, s_dec));
+  }
   uint8_t* data = ctx.out->data;
   const int64_t n = data_offset(L, r, c);
   if (L.fp4) {
@@ -113,6 +127,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
   float* s = smem;                                              // [128][129] tile of x
   unsigned* tile_amax = reinterpret_cast<unsigned*>(s + kTile * kLd);  // [8][8] 2D block amaxes (bits)
   float* mx_factor = reinterpret_cast<float*>(tile_amax + 64);  // [4][128] MXFP8 column-wise factors
+  float* mx_decoded = mx_factor + 4 * kTile;                    // [4][128] and their decoded scales (images)
   // M tiles run fastest (see quantize_fast.cu: long write runs for the column-wise copy).
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -152,12 +167,12 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
   };
 
   if (p.rowwise) {
-    CopyCtx ctx{&p, &out.row, x.dtype, out.row_amax ? *out.row_amax : 0.f, 1.f, 0};
+    CopyCtx ctx{&p, &out.row, x.dtype, out.row_amax ? *out.row_amax : 0.f, 1.f, 0, out.row_image, &out.image};
     if (fp4) ctx.s_enc = nvfp4_global_encode_scale(ctx.tensor_amax);
     for (int rr = warp; rr < kTile; rr += kWarps) {
       float v[4];
       for (int j = 0; j < 4; ++j) v[j] = s[rr * kLd + 4 * lane + j];
-      quantize_segment(ctx, m0 + rr, k0, v, tile_amax_of(rr, 4 * lane), nullptr);
+      quantize_segment(ctx, m0 + rr, k0, v, tile_amax_of(rr, 4 * lane), nullptr, nullptr);
     }
   }
   if (!p.columnwise) return;
@@ -174,12 +189,14 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
     __syncthreads();
   }
   const bool mx_col = p.format == QuantFormat::mxfp8;
-  CopyCtx ctx{&p, &out.col, x.dtype, out.col_amax ? *out.col_amax : 0.f, 1.f, 1};
+  CopyCtx ctx{&p, &out.col, x.dtype, out.col_amax ? *out.col_amax : 0.f, 1.f, 1, out.col_image, &out.image};
   if (fp4) ctx.s_enc = nvfp4_global_encode_scale(ctx.tensor_amax);
   for (int cc = warp; cc < kTile; cc += kWarps) {  // A row r = k0 + cc, A columns c = m0 + 4*lane + j
     float v[4];
     for (int j = 0; j < 4; ++j) v[j] = s[(4 * lane + j) * kLd + cc];
-    quantize_segment(ctx, k0 + cc, m0, v, tile_amax_of(4 * lane, cc), mx_col ? &mx_factor[(lane / 8) * kTile + cc] : nullptr);
+    const int mx = (lane / 8) * kTile + cc;
+    quantize_segment(ctx, k0 + cc, m0, v, tile_amax_of(4 * lane, cc), mx_col ? &mx_factor[mx] : nullptr,
+                     mx_col ? &mx_decoded[mx] : nullptr);
   }
   if (!mx_col) return;
   __syncthreads();
@@ -190,6 +207,10 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
     if (m >= x.M || k >= x.K) continue;
     uint8_t q[4];
     for (int j = 0; j < 4; ++j) q[j] = cast_fp8(s[rr * kLd + 4 * lane + j] * mx_factor[(rr / 32) * kTile + 4 * lane + j], p.data_dtype);
+    if (out.col_image)
+      for (int j = 0; j < 4 && k + j < x.K; ++j)
+        store_f32(out.col_image, out.image.dtype, m * x.K + k + j,
+                  image_value(p, q[j], mx_decoded[(rr / 32) * kTile + 4 * lane + j], 1.0f));
     const int64_t n = data_offset(L, k, m);
     if (k + 3 < x.K && (n & 3) == 0) {
       *reinterpret_cast<uint32_t*>(out.col.data + n) = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
@@ -297,7 +318,7 @@ void quantize_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs
   if (quantize_fast_cuda(x, p, out, stream)) return;
   const int64_t tiles_m = quant_ceil_div(x.M, kTile), tiles_k = quant_ceil_div(x.K, kTile);
   TE_CHECK(tiles_k <= 65535, "quantize: K = " << x.K << " exceeds the CUDA grid (at most " << 65535 * kTile << " columns)");
-  const size_t smem = (kTile * kLd + 64 + 4 * kTile) * sizeof(float);
+  const size_t smem = (kTile * kLd + 64 + 8 * kTile) * sizeof(float);
   // Set on every launch: cheap, and correct whichever device is current.
   TE_CUDA_CHECK(cudaFuncSetAttribute(quantize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // An empty tensor still writes a per-tensor scale_inv: keep one CTA.

@@ -30,21 +30,23 @@ constexpr int kTile = 128, kThreads = 256, kPitch = kTile + 8;  // smem row pitc
 // Row-wise codes and scale for one lane's 8 elements at (m, k) of row-wise block size B (G = B/8 lanes share a
 // block; every lane of the warp must call this, `in` false for lanes outside x).
 template <int B>
-__device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantCopyOut& row, DType in_dtype, float pt_factor,
-                                         int64_t m, int64_t k, bool in, const float (&v)[8]) {
+__device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantOutputs& out, DType in_dtype,
+                                         const BlockScale& pt, int64_t m, int64_t k, int64_t K, bool in,
+                                         const float (&v)[8]) {
   constexpr int G = B / 8;
+  const QuantCopyOut& row = out.row;
   float a = 0.f;
   for (int j = 0; j < 8; ++j) a = amax_fold(a, v[j]);
   for (int off = 1; off < G; off <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   if (!in) return;
-  float factor = pt_factor;
+  BlockScale bs = pt;
   if (p.format != QuantFormat::fp8_per_tensor) {
-    const BlockScale bs = block_scale(p, in_dtype, a, 1.f);
-    factor = bs.factor;
+    bs = block_scale(p, in_dtype, a, 1.f);
     if ((threadIdx.x & (G - 1)) == 0) store_block_scale(p, row.scale_inv, scale_offset(row.layout, m, k / B), bs);
   }
-  const uint2 q = make_uint2(fp8_quad(v, factor, p.data_dtype), fp8_quad(v + 4, factor, p.data_dtype));
+  const uint2 q = make_uint2(fp8_quad(v, bs.factor, p.data_dtype), fp8_quad(v + 4, bs.factor, p.data_dtype));
   *reinterpret_cast<uint2*>(row.data + data_offset(row.layout, m, k)) = q;
+  if (out.row_image) store_image8(p, out, out.row_image, m * K + k, 8, q.x, q.y, decoded_block_scale(p, bs));
 }
 
 // 32 codes (one column, 32 rows) to 32 consecutive bytes at dst; `rows` < 32 at the bottom edge of x.
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
   // every row at a power-of-two stride.
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int tid = threadIdx.x;
-  const float row_factor = per_tensor ? tensor_scale(p, kIn, out.row_amax).factor : 0.f;
+  const BlockScale row_pt = per_tensor ? tensor_scale(p, kIn, out.row_amax) : BlockScale{0.f, 0.f, 0};
   const char* base = static_cast<const char*>(x.data);
   // 1. Load: chunk c = i*256 + tid is row c/16, columns (c%16)*8 .. +8 (16 lanes per 128 columns of a row).
   uint4 raw[8];
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
       const int64_t m = m0 + rr, k = k0 + cc;
       float v[8];
       unpack8(*reinterpret_cast<const uint4*>(&s[rr * kPitch + cc]), kIn, v);
-      rowwise8<B>(p, out.row, kIn, row_factor, m, k, m < x.M && k < x.K, v);
+      rowwise8<B>(p, out, kIn, row_pt, m, k, x.K, m < x.M && k < x.K, v);
     }
   }
   // 3. Column-wise: thread = (column pair cp, quarter qr of the 128 rows): columns 2cp and 2cp+1 of rows
@@ -124,9 +126,11 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
   const QuantCopyOut& col = out.col;
   const CopyLayout& L = col.layout;  // A = xᵀ: row r = k, column c = m
   const bool col_in = k < x.K && mq < x.M;  // K % 8 == 0 here, so column k + 1 is inside x with column k
-  float f0, f1;
+  float f0, f1, d0, d1;  // the two columns' factors and decoded scales
   if constexpr (per_tensor) {
-    f0 = f1 = tensor_scale(p, kIn, out.col_amax ? out.col_amax : out.row_amax).factor;
+    const BlockScale bs = tensor_scale(p, kIn, out.col_amax ? out.col_amax : out.row_amax);
+    f0 = f1 = bs.factor;
+    d0 = d1 = bs.scale_inv;
   } else {
     if constexpr (B == kTile) {  // the four quarters of a column meet in shared memory
       part_amax[qr][c0] = a0;
@@ -137,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
     }
     const BlockScale b0 = block_scale(p, kIn, a0, 1.f), b1 = block_scale(p, kIn, a1, 1.f);
     f0 = b0.factor, f1 = b1.factor;
+    d0 = decoded_block_scale(p, b0), d1 = decoded_block_scale(p, b1);
     if (col_in && (B == 32 || qr == 0)) {
       store_block_scale(p, col.scale_inv, scale_offset(L, k, mq / B), b0);
       store_block_scale(p, col.scale_inv, scale_offset(L, k + 1, mq / B), b1);
@@ -156,6 +161,21 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
     q1[j] = fp8_quad(v1, f1, p.data_dtype);
   }
   const int rows = static_cast<int>(x.M - mq < 32 ? x.M - mq : 32);
+  if (out.col_image) {  // columns k, k + 1 of each row: one 32-bit store per row for a bf16 image
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      if (j < rows) {
+        const float v0 = fp8_image(p, q0[j / 4], j % 4, d0), v1 = fp8_image(p, q1[j / 4], j % 4, d1);
+        const int64_t i = (mq + j) * x.K + k;
+        if (out.image.dtype == DType::bf16) {
+          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + i) =
+              bf16_from_f32(v0) | (static_cast<uint32_t>(bf16_from_f32(v1)) << 16);
+        } else {
+          store_f32(out.col_image, out.image.dtype, i, v0);
+          store_f32(out.col_image, out.image.dtype, i + 1, v1);
+        }
+      }
+  }
   if constexpr (F == QuantFormat::mxfp8) {  // x's [M, K] order: columns k, k+1 of a row as one 16-bit store
 #pragma unroll
     for (int j = 0; j < 32; ++j)

@@ -47,8 +47,9 @@ float amax_of(const std::vector<float>& v) {
 }
 
 // Quantizes A [R, C] into one copy. Block amax: 1D over the block's elements of row r; 2D over the B x B tile.
+// With `image`, also the copy's exact image in x's [M, K] order (A's transpose for the column-wise copy).
 void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, float copy_amax,
-                   const QuantCopyOut& out, uint32_t copy) {
+                   const QuantCopyOut& out, uint32_t copy, void* image, const ImageSpec& spec) {
   const CopyLayout& L = out.layout;
   const int64_t R = L.R, C = L.C, B = L.block ? L.block : std::max<int64_t>(C, 1), nb = L.blocks_per_row();
   if (L.fp4) std::memset(out.data, 0, static_cast<size_t>(dtype_storage_bytes(DType::fp4_e2m1, R * L.data_ld)));
@@ -71,6 +72,7 @@ void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, 
       const float amax = p.format == QuantFormat::fp8_per_tensor ? copy_amax : block_amax[owner * nb + b];
       const BlockScale bs = block_scale(p, in, amax, s_enc);
       store_block_scale(p, out.scale_inv, scale_offset(L, r, b), bs);
+      const float decoded = decoded_block_scale(p, bs), s_dec = image_s_dec(spec, s_enc);
       for (int64_t c = b * B; c < std::min(C, (b + 1) * B); ++c) {
         const uint8_t q = encode_element(p, A[r * C + c], bs.factor, static_cast<uint64_t>(r * C + c), copy);
         const int64_t i = data_offset(L, r, c);
@@ -78,6 +80,7 @@ void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, 
           out.data[i >> 1] |= static_cast<uint8_t>((i & 1) ? q << 4 : q);
         else
           out.data[i] = q;
+        if (image) store_f32(image, spec.dtype, copy ? c * R + r : r * C + c, image_value(p, q, decoded, s_dec));
       }
     }
 }
@@ -98,10 +101,10 @@ void quantize_ref(const QuantInput& x, const QuantParams& p, const QuantOutputs&
   TE_CHECK(p.pre_act == QuantPreAct::none, "the CPU reference has no fused activation (the Quantizer never asks)");
   const std::vector<float> X = load_matrix(x);  // [M, K] f32
   const float row_amax = out.row_amax ? *out.row_amax : 0.f;
-  if (p.rowwise) quantize_copy(X, p, x.dtype, row_amax, out.row, 0);
+  if (p.rowwise) quantize_copy(X, p, x.dtype, row_amax, out.row, 0, out.row_image, out.image);
   if (p.columnwise) {
     const std::vector<float> A = copy_view(X, x.M, x.K, true, p.rht);  // [K, M]
-    quantize_copy(A, p, x.dtype, out.col_amax ? *out.col_amax : row_amax, out.col, 1);
+    quantize_copy(A, p, x.dtype, out.col_amax ? *out.col_amax : row_amax, out.col, 1, out.col_image, out.image);
   }
 }
 

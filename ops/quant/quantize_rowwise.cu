@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
   QuantParams p = p_in;
   p.format = F;  // block_scale folds to this format's case
   store_tensor_scales(p, out, kIn);
-  const float pt_factor = per_tensor ? tensor_scale(p, kIn, out.row_amax).factor : 0.f;
+  const BlockScale pt = per_tensor ? tensor_scale(p, kIn, out.row_amax) : BlockScale{0.f, 0.f, 0};
+  const float pt_factor = pt.factor;
   const bool e5m2 = p.data_dtype == DType::fp8_e5m2;
   const int64_t per_row = quant_ceil_div(x.K, B) * G;  // lanes per row: whole blocks, so no block spans rows
   const int64_t total = x.M * per_row;
@@ -127,12 +128,12 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
 #pragma unroll
     for (int off = 1; off < G; off <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
     if (!in) continue;
-    float factor = pt_factor;
+    BlockScale bs = pt;
     if constexpr (!per_tensor) {
-      const BlockScale bs = block_scale(p, kIn, a, 1.f);
-      factor = bs.factor;
+      bs = block_scale(p, kIn, a, 1.f);
       if (r == 0 && kb < x.K) store_block_scale(p, out.row.scale_inv, scale_offset(out.row.layout, m, kb / B), bs);
     }
+    const float factor = bs.factor;
     // x * factor is NaN for a NaN x, and for 0 · Inf or Inf · 0 with a degenerate per-tensor scale.
     const bool may_nan = lane_nan || !(fabsf(factor) < INFINITY) || factor == 0.f;
     uint32_t q[8];
@@ -146,6 +147,12 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
         if (k + 8 * c < x.K) reinterpret_cast<uint2*>(dst)[c] = make_uint2(q[2 * c], q[2 * c + 1]);
+    }
+    if (out.row_image) {
+      const float decoded = decoded_block_scale(p, bs);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        if (k + 8 * c < x.K) store_image8(p, out, out.row_image, m * x.K + k + 8 * c, 8, q[2 * c], q[2 * c + 1], decoded);
     }
   }
 }

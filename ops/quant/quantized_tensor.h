@@ -24,6 +24,11 @@ struct QuantizedTensor {
   Tensor rowwise_amax, columnwise_amax;
   // NVFP4: the column-wise copy holds RHT(xᵀ) (full groups of 16 tokens; a trailing partial group is untransformed).
   bool columnwise_rht = false;
+  // Optional exact image of each copy, [M, K] in x's order (ImageSpec: its dtype, NVFP4's factor in or out): what a
+  // GEMM with no kernel for the format multiplies, written by the pass that quantized (Quantizer::quantize with
+  // images) or made once for a weight (ops/gemm: gemm_image). A Hadamard-transformed copy's image holds the values
+  // as stored, which is what a GEMM whose transforms cancel reads. Not part of nbytes(): a gather never moves it.
+  Tensor rowwise_image, columnwise_image;
 
   int64_t rows() const;  // M
   int64_t cols() const;  // K

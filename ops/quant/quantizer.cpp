@@ -82,8 +82,9 @@ void Quantizer::set_delayed(const DelayedScaling& state, Device device, const St
   delayed_ = state.copy_to(device, stream);
 }
 
-QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce) {
-  return quantize_impl(x, usages, stream, reduce, QuantPreAct::none);
+QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce,
+                                    std::optional<ImageSpec> images) {
+  return quantize_impl(x, usages, stream, reduce, QuantPreAct::none, nullptr, images);
 }
 
 bool Quantizer::can_fuse_activation(const Tensor& x, Usage usages) const {
@@ -101,15 +102,16 @@ bool Quantizer::can_fuse_activation(const Shape& shape, DType dtype, Device devi
 }
 
 QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream,
-                                               Tensor* act_out) {
+                                               Tensor* act_out, std::optional<ImageSpec> images) {
   TE_CHECK(can_fuse_activation(x, usages),
            "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
   TE_CHECK(!act_out || usages == Usage::rowwise, "quantize_activation: the activation is kept only with row-wise");
-  return quantize_impl(x, usages, stream, {}, act, act_out);
+  return quantize_impl(x, usages, stream, {}, act, act_out, images);
 }
 
 QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const Stream& stream,
-                                         const AmaxReducer& reduce, QuantPreAct act, Tensor* act_out) {
+                                         const AmaxReducer& reduce, QuantPreAct act, Tensor* act_out,
+                                         const std::optional<ImageSpec>& images) {
   const QuantFormat f = config_.format;
   TE_CHECK_HINT(x_in.defined() && x_in.dim() >= 1 && is_high_precision(x_in.dtype()),
                 "quantize " << quant_format_name(f) << ": input " << (x_in.defined() ? x_in.str() : "undefined")
@@ -161,6 +163,16 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
   }
   if (p.rowwise) make_copy(Usage::rowwise, qt.rowwise_data, qt.rowwise_scale_inv, out.row);
   if (p.columnwise) make_copy(Usage::columnwise, qt.columnwise_data, qt.columnwise_scale_inv, out.col);
+  if (images) {  // [M, K] in x's order, whatever the copy's orientation
+    TE_CHECK(is_high_precision(images->dtype), "quantize: an image is f32, bf16 or f16, not " << dtype_name(images->dtype));
+    out.image = *images;
+    auto make_image = [&](Tensor& image) {
+      image = Tensor::empty({in.M, in.K}, images->dtype, dev, stream);
+      return image.data_ptr();
+    };
+    if (p.rowwise) out.row_image = make_image(qt.rowwise_image);
+    if (p.columnwise) out.col_image = make_image(qt.columnwise_image);
+  }
 
   // The amax tensors live until the cast below has read them (the cast reads both pointers even when a usage is
   // absent from the result).

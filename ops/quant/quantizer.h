@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "engine/tensor.h"
 #include "ops/quant/delayed_scaling.h"
@@ -46,9 +47,10 @@ class Quantizer {
 
   // Quantize `x` into the copies `usages` names (one pass for both). Per-tensor current scaling and NVFP4 compute amax
   // first, pass it through `reduce` (when given) so every rank uses one scale, then cast. Delayed scaling uses the
-  // stored scale and folds max|x| into the step amax.
+  // stored scale and folds max|x| into the step amax. With `images`, the same pass also writes each copy's exact
+  // image in that form (QuantizedTensor::rowwise_image / columnwise_image).
   QuantizedTensor quantize(const Tensor& x, Usage usages, const Stream& stream = Stream(),
-                           const AmaxReducer& reduce = {});
+                           const AmaxReducer& reduce = {}, std::optional<ImageSpec> images = std::nullopt);
 
   // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype, usages) in one pass over x.
   // Available for FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
@@ -59,7 +61,7 @@ class Quantizer {
   // The same for a contiguous, 16-byte-aligned tensor of this shape, dtype and device (e.g. a planned buffer).
   bool can_fuse_activation(const Shape& shape, DType dtype, Device device, Usage usages) const;
   QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream = Stream(),
-                                      Tensor* act_out = nullptr);
+                                      Tensor* act_out = nullptr, std::optional<ImageSpec> images = std::nullopt);
 
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
   // history and recompute the scale (docs/NUMERICS.md §2). No-op for other scalings.
@@ -75,7 +77,7 @@ class Quantizer {
   QuantizerConfig config_;
   void ensure_delayed_state(Device device, const Stream& stream);
   QuantizedTensor quantize_impl(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce,
-                                QuantPreAct act, Tensor* act_out = nullptr);
+                                QuantPreAct act, Tensor* act_out, const std::optional<ImageSpec>& images);
   DelayedScaling delayed_;
 };
 

@@ -19,7 +19,7 @@
 namespace te {
 namespace {
 
-// Without the weights' GEMM images (models/test_weight_images.cpp covers them), which add to the device's bytes.
+// Without the weights' GEMM images (models/test_gemm_images.cpp covers them), which add to the device's bytes.
 std::string model_yaml(const std::string& recipe, const std::string& device, int tp) {
   return test::SmallSpec{.name = "held", .linear_branch = false, .tp = tp, .recipe = recipe, .device = device,
                          .tokens = 64, .steps = 1, .seed = 3}

@@ -264,5 +264,34 @@ TEST(ActQuantize, FusedBothCopiesEqualActThenQuantizeOnGpu) {
   }
 }
 
+// The fused pass writes the copies' GEMM images as the unfused quantize does (bf16, as an emulated GEMM on the GPU
+// reads them): same bytes for each copy's image and for the copies themselves.
+TEST(ActQuantize, FusedImagesEqualActThenQuantizeOnGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << no_gpu_reason();
+  const ImageSpec spec{DType::bf16, false};
+  for (QuantFormat f : {QuantFormat::fp8_block_1d, QuantFormat::mxfp8}) {
+    QuantizerConfig cfg = block_config(DType::fp8_e4m3, true);
+    cfg.format = f;
+    for (Usage u : {Usage::rowwise, Usage::both})
+      for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 200}, {1024, 4096}}) {
+        const Tensor x = activation_input(M, F, DType::bf16);
+        Quantizer fused(cfg), plain(cfg);
+        ASSERT_TRUE(fused.can_fuse_activation(x, u));
+        const QuantizedTensor a = act_forward_quantized(ActKind::gelu, x, DType::bf16, fused, u, Stream(), {}, nullptr, spec);
+        const QuantizedTensor b =
+            plain.quantize(act_forward(ActKind::gelu, x, DType::bf16), u, Stream(), {}, spec);
+        const std::string what = std::string(quant_format_name(f)) + " " + std::string(usage_name(u)) + " " +
+                                 std::to_string(M) + "x" + std::to_string(F);
+        ASSERT_TRUE(a.rowwise_image.defined()) << what;
+        EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;
+        EXPECT_EQ(bytes_of(a.rowwise_image), bytes_of(b.rowwise_image)) << what;
+        EXPECT_EQ(bytes_of(a.rowwise_image), bytes_of(b.dequantize_usage(Usage::rowwise, DType::bf16))) << what;
+        EXPECT_EQ(a.columnwise_image.defined(), u == Usage::both) << what;
+        EXPECT_EQ(bytes_of(a.columnwise_data), bytes_of(b.columnwise_data)) << what;
+        EXPECT_EQ(bytes_of(a.columnwise_image), bytes_of(b.columnwise_image)) << what;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace te

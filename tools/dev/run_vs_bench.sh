@@ -3,8 +3,8 @@
 # (inference output, saved weights, 20 training losses), (2) `teengine run` on models/h200-mlp.yaml against
 # `teengine bench block` on the same shapes (inference and training, fp8_block and none: wall and device ms per step,
 # peak memory), (3) PyTorch's bf16 inference and AMP + fused AdamW step on the same block (tools/bench/torch_step.py),
-# (4) the emulated recipes (mxfp8, nvfp4) against none, inference with and without the weights' GEMM images
-# (run.weight_images), two rounds alternating, and training.
+# (4) the emulated recipes (mxfp8, nvfp4) against none with and without GEMM images (`bench block --images`, forward
+# and forward + backward, two rounds alternating; `teengine run` inference and training).
 #   tools/dev/run_vs_bench.sh BUILD_DIR [parity|run|torch|images]...    (logs and JSON into $OUT)
 set -uo pipefail
 build=${1:-build}
@@ -44,18 +44,25 @@ for s in $sections; do
       "$T" run models/h200-mlp.yaml --explain --set run.steps=1 2>&1 | grep "memory" ;;
     torch) timeout 300 python3 tools/bench/torch_step.py | tee "$out/torch.json" ;;
     images)
+      # bench block forward and forward + backward, each recipe with and without GEMM images, two rounds alternating
       for round in 1 2; do
-        for cfg in "none true" "mxfp8 true" "mxfp8 false" "nvfp4 true" "nvfp4 false"; do
+        for cfg in "none on" "mxfp8 on" "mxfp8 off" "nvfp4 on" "nvfp4 off"; do
           set -- $cfg
-          "$T" run models/h200-mlp.yaml --set precision.recipe=$1 --set run.weight_images=$2 --set run.steps=6 \
-            --json "$out/images_$1_$2_$round.json" >/dev/null 2>>"$out/images.log"
-          med "$out/images_$1_$2_$round.json" "round $round infer $1 weight_images=$2"
+          for bw in fwd bwd; do
+            "$T" bench block --module layernorm_mlp --tokens 8192 --hidden 4096 --ffn 16384 --recipe $1 --images $2 \
+              $([ $bw = bwd ] && echo --backward) --json >"$out/images_block_$1_$2_${bw}_$round.json" 2>>"$out/images.log"
+            python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('round %s %s %-6s images %-3s median %.3f ms, GEMM floor %.3f ms, validated %s' % (sys.argv[2], sys.argv[3], j['recipe'], sys.argv[4], j['median_ms'], j['gemm_floor_ms'], j['validated']))" \
+              "$out/images_block_$1_$2_${bw}_$round.json" $round $bw $2
+          done
         done
       done
-      for r in none mxfp8 nvfp4; do
-        "$T" run models/h200-mlp.yaml --set precision.recipe=$r --set run.mode=train --set run.steps=6 \
-          --json "$out/images_train_$r.json" >/dev/null 2>>"$out/images.log"
-        med "$out/images_train_$r.json" "train $r"
+      for cfg in "none true" "mxfp8 true" "mxfp8 false" "nvfp4 true" "nvfp4 false"; do
+        set -- $cfg
+        for mode in infer train; do
+          "$T" run models/h200-mlp.yaml --set precision.recipe=$1 --set run.weight_images=$2 --set run.activation_images=$2 \
+            --set run.mode=$mode --set run.steps=6 --json "$out/images_run_$1_$2_$mode.json" >/dev/null 2>>"$out/images.log"
+          med "$out/images_run_$1_$2_$mode.json" "run $mode $1 images=$2"
+        done
       done ;;
   esac
 done

@@ -18,7 +18,7 @@ namespace {
 
 struct BlockOpts {
   std::string module = "layernorm_mlp", recipe = "fp8_block", device = "auto", activation = "gelu", cuda_graph = "off",
-              executor = "graph";
+              executor = "graph", images = "on";
   int64_t tokens = 8192, hidden = 4096, ffn = 16384;
   bool backward = false, optimizer = false, json = false;
 };
@@ -34,7 +34,9 @@ std::string block_yaml(const BlockOpts& o, int64_t tokens, int64_t hidden, int64
   else branches = lin + mlp;
   return "name: bench\nmodel:\n  hidden: " + std::to_string(hidden) + "\n  layers: 1\n  dtype: bf16\n  block:\n" +
          branches + "parallel: {tp: 1}\nprecision: {recipe: " + o.recipe + "}\nrun: {mode: " +
-         (train ? "train" : "infer") + ", tokens: " + std::to_string(tokens) + ", seed: 7}\n";
+         (train ? "train" : "infer") + ", tokens: " + std::to_string(tokens) + ", seed: 7, weight_images: " +
+         (o.images == "on" ? "true" : "false") + ", activation_images: " + (o.images == "on" ? "true" : "false") +
+         "}\n";
 }
 
 struct Bench : SingleRankModel {
@@ -52,7 +54,8 @@ std::unique_ptr<Bench> make(const std::string& yaml, Device device, bool train) 
   return b;
 }
 
-// The module's GEMMs (fprop; plus dgrad and wgrad with --backward) on operands quantized once, outside the timing.
+// The module's GEMMs (fprop; plus dgrad and wgrad with --backward) on operands quantized once, outside the timing,
+// with the GEMM images the run keeps (--images): where a GEMM would dequantize, the floor is the GEMM on images.
 double gemm_floor_ms(const Bench& b, const BlockOpts& o) {
   const RecipeConfigs& rc = b.ctx.recipe;
   const Stream& st = b.ctx.stream;
@@ -70,7 +73,8 @@ double gemm_floor_ms(const Bench& b, const BlockOpts& o) {
     t.fill_normal(3, 0.f, 1.f, st);
     if (!qc) return GemmOperand(t);
     Quantizer q(*qc);
-    return GemmOperand(q.quantize(t, u, st));
+    return GemmOperand(q.quantize(t, u, st, {}, o.images == "on" ? gemm_image_spec(qc->format, b.ctx.device)
+                                                                  : std::nullopt));
   };
   std::vector<std::function<void()>> calls;
   std::vector<std::shared_ptr<Tensor>> outs;
@@ -150,6 +154,7 @@ int run_block_bench(const BlockOpts& o) {
                       {"device", device.str()},
                       {"cuda_graph", graph},
                       {"executor", o.executor},
+                      {"images", o.images == "on"},
                       {"replay_vs_graph_rel_l2", replay_err},
                       {"validated", valid},
                       {"rel_l2_vs_cpu_small", err},
@@ -182,6 +187,11 @@ Command add_bench_block(CLI::App& app) {
   sub->add_option("--executor", o->executor,
                   "graph (collectives overlap compute on 2 streams) or eager (the same graph's nodes in order)")
       ->check(CLI::IsMember({"eager", "graph"}))
+      ->capture_default_str();
+  sub->add_option("--images", o->images,
+                  "GEMM images of the quantized weights, activations and gradients (run.weight_images, "
+                  "run.activation_images)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   sub->add_flag("--json", o->json, "print the report as JSON");
   return {sub, [o] { return run_block_bench(*o); }};
