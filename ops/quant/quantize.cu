@@ -16,6 +16,7 @@
 #include "ops/quant/quant_kernels.h"
 #include "ops/quant/dequantize_fast.h"
 #include "ops/quant/quantize_fast.h"
+#include "ops/quant/quantize_nvfp4.h"
 
 namespace te {
 namespace {
@@ -314,8 +315,13 @@ void quant_amax_cuda(const QuantInput& x, const QuantParams&, float* amax_out, f
   TE_CUDA_CHECK_LAUNCH();
 }
 
-void quantize_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
-  if (quantize_fast_cuda(x, p, out, stream)) return;
+void quantize_cuda(const QuantInput& x, const QuantParams& p_in, const QuantOutputs& out, const Stream& stream) {
+  if (quantize_fast_cuda(x, p_in, out, stream)) return;
+  QuantParams p = p_in;
+  if (quantize_nvfp4_rowwise_cuda(x, p, out, stream)) {  // the generic kernel adds the column-wise copy
+    if (!p.columnwise) return;
+    p.rowwise = false;
+  }
   const int64_t tiles_m = quant_ceil_div(x.M, kTile), tiles_k = quant_ceil_div(x.K, kTile);
   TE_CHECK(tiles_k <= 65535, "quantize: K = " << x.K << " exceeds the CUDA grid (at most " << 65535 * kTile << " columns)");
   const size_t smem = (kTile * kLd + 64 + 8 * kTile) * sizeof(float);
