@@ -147,10 +147,17 @@ TE_HD float decoded_block_scale(const QuantParams& p, const BlockScale& bs) {
   if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d) return e4m3_to_f32(bs.code);
   return bs.scale_inv;
 }
+TE_HD bool image_fp4(const QuantParams& p) {
+  return p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d;
+}
+TE_HD float image_code_value(const QuantParams& p, uint8_t code) {
+  return image_fp4(p) ? e2m1_to_f32(code) : fp8_to_f32(code, p.data_dtype);
+}
+TE_HD float image_product(const QuantParams& p, float code_value, float block_scale, float s_dec) {
+  return canonical_nan(image_fp4(p) ? code_value * block_scale * s_dec : code_value * block_scale);
+}
 TE_HD float image_value(const QuantParams& p, uint8_t code, float block_scale, float s_dec) {
-  if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d)
-    return canonical_nan(e2m1_to_f32(code) * block_scale * s_dec);
-  return canonical_nan(fp8_to_f32(code, p.data_dtype) * block_scale);
+  return image_product(p, image_code_value(p, code), block_scale, s_dec);
 }
 // The s_dec an image of an NVFP4 copy with global encode scale `s_enc` multiplies by (dequant_s_dec's value).
 TE_HD float image_s_dec(const ImageSpec& spec, float s_enc) { return spec.tensor_factor ? 1.0f / s_enc : 1.0f; }

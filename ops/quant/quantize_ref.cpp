@@ -46,8 +46,21 @@ float amax_of(const std::vector<float>& v) {
   return a;
 }
 
+// The image of a copy's view A [R, C] (row-major, f32) stored in x's [M, K] order: A itself for the row-wise copy,
+// its transpose for the column-wise one.
+void store_image(const std::vector<float>& A, int64_t R, int64_t C, bool transposed, void* image, DType dtype) {
+  if (dtype == DType::f32) {
+    if (transposed) cpu::transpose_2d(A.data(), image, 4, R, C);
+    else std::memcpy(image, A.data(), A.size() * sizeof(float));
+    return;
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) store_f32(image, dtype, transposed ? c * R + r : r * C + c, A[r * C + c]);
+}
+
 // Quantizes A [R, C] into one copy. Block amax: 1D over the block's elements of row r; 2D over the B x B tile.
-// With `image`, also the copy's exact image in x's [M, K] order (A's transpose for the column-wise copy).
+// With `image`, also the copy's exact image in x's [M, K] order (A's transpose for the column-wise copy): each
+// code's value from a table, times its block's decoded scale (image_product, as the CUDA kernels compute it).
 void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, float copy_amax,
                    const QuantCopyOut& out, uint32_t copy, void* image, const ImageSpec& spec) {
   const CopyLayout& L = out.layout;
@@ -56,6 +69,11 @@ void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, 
   const float s_enc = is_fp4(p.format) ? nvfp4_global_encode_scale(copy_amax) : 1.0f;
   if (p.format == QuantFormat::fp8_per_tensor)  // written even for an empty tensor
     store_block_scale(p, out.scale_inv, 0, block_scale(p, in, copy_amax, s_enc));
+
+  float values[256];  // the value of every element code
+  std::vector<float> img(image ? static_cast<size_t>(R * C) : 0);
+  if (image)
+    for (int code = 0; code < 256; ++code) values[code] = image_code_value(p, static_cast<uint8_t>(code));
 
   // Amax of every block (2D: every tile, indexed by its first row's tile).
   std::vector<float> block_amax(static_cast<size_t>(R * nb), 0.f);
@@ -80,9 +98,10 @@ void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, 
           out.data[i >> 1] |= static_cast<uint8_t>((i & 1) ? q << 4 : q);
         else
           out.data[i] = q;
-        if (image) store_f32(image, spec.dtype, copy ? c * R + r : r * C + c, image_value(p, q, decoded, s_dec));
+        if (image) img[r * C + c] = image_product(p, values[q], decoded, s_dec);
       }
     }
+  if (image) store_image(img, R, C, copy != 0, image, spec.dtype);
 }
 
 }  // namespace
