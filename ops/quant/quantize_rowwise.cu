@@ -76,7 +76,9 @@ constexpr int64_t kIndex32 = (int64_t(1) << 31) - 1024;
 // kernel, and the extra warps hide more of it (H200, GELU → FP8 block [8192, 16384]: 138.8 → 131.0 µs, warps
 // active 34 → 44 %). The plain quantize (minimum 0: no .minnctapersm directive at all) keeps its registers; it was
 // not measured with the cap.
-template <QuantFormat F, QuantPreAct Act, DType kIn>
+// kImage: the copy's GEMM image is written too (a separate instantiation: the codes it keeps live cost the plain
+// fused kernel 60 more bytes of spill under the 64-register cap).
+template <QuantFormat F, QuantPreAct Act, DType kIn, bool kImage>
 __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
     rowwise_kernel(QuantInput x, QuantParams p_in, QuantOutputs out) {
   constexpr int B = F == QuantFormat::mxfp8 ? 32 : 128, G = B / kSpan;  // G lanes share a block
@@ -85,7 +87,6 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
   p.format = F;  // block_scale folds to this format's case
   store_tensor_scales(p, out, kIn);
   const BlockScale pt = per_tensor ? tensor_scale(p, kIn, out.row_amax) : BlockScale{0.f, 0.f, 0};
-  const float pt_factor = pt.factor;
   const bool e5m2 = p.data_dtype == DType::fp8_e5m2;
   const int64_t per_row = quant_ceil_div(x.K, B) * G;  // lanes per row: whole blocks, so no block spans rows
   const int64_t total = x.M * per_row;
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
       for (int c = 0; c < kChunks; ++c)
         if (k + 8 * c < x.K) reinterpret_cast<uint2*>(dst)[c] = make_uint2(q[2 * c], q[2 * c + 1]);
     }
-    if (out.row_image) {
+    if constexpr (kImage) {
       const float decoded = decoded_block_scale(p, bs);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
@@ -169,13 +170,18 @@ void quantize_rowwise_cuda(const QuantInput& x, const QuantParams& p, const Quan
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
   // One instantiation per (format, activation, input dtype); activations are fused for 16-bit input and block
   // formats only.
-  auto launch = [&](auto f, auto act) {
+  auto launch_image = [&](auto f, auto act, auto image) {
     constexpr QuantFormat Fv = decltype(f)::value;
     constexpr QuantPreAct A = decltype(act)::value;
-    if (x.dtype == DType::bf16) rowwise_kernel<Fv, A, DType::bf16><<<blocks, kThreads, 0, st>>>(x, p, out);
-    else if (x.dtype == DType::f16) rowwise_kernel<Fv, A, DType::f16><<<blocks, kThreads, 0, st>>>(x, p, out);
-    else if constexpr (A == QuantPreAct::none) rowwise_kernel<Fv, A, DType::f32><<<blocks, kThreads, 0, st>>>(x, p, out);
+    constexpr bool I = decltype(image)::value;
+    if (x.dtype == DType::bf16) rowwise_kernel<Fv, A, DType::bf16, I><<<blocks, kThreads, 0, st>>>(x, p, out);
+    else if (x.dtype == DType::f16) rowwise_kernel<Fv, A, DType::f16, I><<<blocks, kThreads, 0, st>>>(x, p, out);
+    else if constexpr (A == QuantPreAct::none) rowwise_kernel<Fv, A, DType::f32, I><<<blocks, kThreads, 0, st>>>(x, p, out);
     else TE_THROW("fused activation → quantize of " << dtype_name(x.dtype) << " input", "pass bf16 or f16");
+  };
+  auto launch = [&](auto f, auto act) {
+    if (out.row_image) launch_image(f, act, std::true_type{});
+    else launch_image(f, act, std::false_type{});
   };
   auto with_act = [&](auto f) {
     constexpr QuantFormat Fv = decltype(f)::value;
