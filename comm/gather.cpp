@@ -170,12 +170,14 @@ void take_usages(QuantizedTensor& dst, const QuantizedTensor& src, Usage uset) {
     dst.rowwise_data = src.rowwise_data;
     dst.rowwise_scale_inv = src.rowwise_scale_inv;
     dst.rowwise_amax = src.rowwise_amax;
+    dst.rowwise_image = src.rowwise_image;
   }
   if (has_usage(uset, Usage::columnwise)) {
     dst.columnwise_data = src.columnwise_data;
     dst.columnwise_scale_inv = src.columnwise_scale_inv;
     dst.columnwise_amax = src.columnwise_amax;
     dst.columnwise_rht = src.columnwise_rht;
+    dst.columnwise_image = src.columnwise_image;
   }
   if (per_tensor) {  // one amax for the tensor, whichever copy produced it
     if (!dst.rowwise_amax.defined()) dst.rowwise_amax = src.rowwise_amax;
@@ -235,7 +237,8 @@ const Tensor& GatherResult::tensor() const {
 }
 
 GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm, Quantizer* quantizer, Usage usages,
-                                    bool async_op, const Stream& stream, CallSite site) {
+                                    bool async_op, const Stream& stream, std::optional<ImageSpec> images,
+                                    CallSite site) {
   const int W = comm.size();
   const Device dev = comm.device();
   const Tensor* hp = std::get_if<Tensor>(&input);
@@ -301,7 +304,7 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
     if (qin) {
       out.qt = *qin;
     } else {
-      out.qt = q->quantize(hp_in, usages, stream, {});
+      out.qt = q->quantize(hp_in, usages, stream, {}, images);
     }
     return res;
   }
@@ -360,14 +363,14 @@ GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm
   const Usage qset_c = qset, fset_c = fset;
   QuantizedTensor qpart = parts.out;
   auto fixes = std::move(parts.fixes);
-  res.work.then([output, qpart, qset_c, fset_c, fixes, gathered_hp, q, own, stream]() mutable {
+  res.work.then([output, qpart, qset_c, fset_c, fixes, gathered_hp, q, own, stream, images]() mutable {
     for (auto& fix : fixes) fix();
     QuantizedTensor& o = output->qt;
     if (qset_c != Usage::none) take_usages(o, qpart, qset_c);
     if (fset_c != Usage::none) {
       // The gathered tensor is global: its amax is the group's, no reduction needed.
       Quantizer& qq = own ? *own : *q;
-      QuantizedTensor fq = qq.quantize(gathered_hp, fset_c, stream, {});
+      QuantizedTensor fq = qq.quantize(gathered_hp, fset_c, stream, {}, images);
       take_usages(o, fq, fset_c);
     }
   });

@@ -53,11 +53,12 @@ struct GatherResult {
 
 // input [M_l, …] on comm.device(); quantizer may be null (plain gather of a Tensor); usages: the copies to produce
 // (Usage::none for an already-quantized input: the copies it carries). The quantizer is left unchanged. With
-// async_op = false the result is complete on return (ordered on `stream`). `site` keys the once-per-call-site
-// fallback log line.
+// async_op = false the result is complete on return (ordered on `stream`). With `images`, the copies this call
+// quantizes itself (the fallback's, or every copy in a group of one) carry their GEMM images (Quantizer::quantize);
+// copies gathered quantized carry none. `site` keys the once-per-call-site fallback log line.
 GatherResult gather_along_first_dim(const GatherInput& input, Communicator& comm, Quantizer* quantizer, Usage usages,
                                     bool async_op, const Stream& stream = Stream(),
-                                    CallSite site = CallSite::here());
+                                    std::optional<ImageSpec> images = std::nullopt, CallSite site = CallSite::here());
 
 // input [W·n, …] f32/bf16/f16 → [n, …] sum over ranks (always high precision). Throws te::Error when dim 0 does
 // not divide by the world size. World size 1 returns the input.

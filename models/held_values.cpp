@@ -41,8 +41,8 @@ int64_t held_bytes(const Graph& g, const Value& v, const ModelBinding& b) {
     return col ? quantized_bytes_with_images(v.type, *b.ctx) : dense_bytes(act.type);
   }
   if (!v.type.is_quantized()) return dense_bytes(v.type);
-  // A gather may fall back to the model dtype (comm/gather.h): the larger of the two; it carries no images.
-  return n.op->is_gather ? std::max(quantized_value_bytes(v.type), dense_bytes(v.type))
+  // A gather may fall back to the model dtype (comm/gather.h), whose quantize writes images: the larger of the two.
+  return n.op->is_gather ? std::max(quantized_bytes_with_images(v.type, *b.ctx), dense_bytes(v.type))
                          : quantized_bytes_with_images(v.type, *b.ctx);
 }
 

@@ -8,7 +8,7 @@
 // the end of the step. Parameter gradients, the loss gate's and the in-place all-reduce's outputs alias memory
 // counted elsewhere (0 bytes). A fused activation's kept copy (the column-wise copy, or the activation itself) is
 // counted from the activation to the wgrad that reads it, through the wgrad_input node that takes it. A quantized
-// value counts with the GEMM images its quantizing pass writes (run.activation_images); a gathered one has none.
+// value counts with the GEMM images its quantizing pass writes (run.activation_images; a gather's fallback too).
 #pragma once
 #include <cstdint>
 #include <vector>

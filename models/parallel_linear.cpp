@@ -100,7 +100,8 @@ Tensor ParallelLinear::norm(const Tensor& x, Tensor out, RankContext& ctx, const
 
 GemmOperand ParallelLinear::gather_input(const Tensor& h, RankContext& ctx, const Stream& s) {
   // [T/W, H] → [T, H]: quantized row-wise where §4 allows (always for 1D), else in the model dtype.
-  return gathered_operand(gather_along_first_dim(h, *ctx.comm, input_quantizer(), Usage::rowwise, false, s));
+  return gathered_operand(gather_along_first_dim(h, *ctx.comm, input_quantizer(), Usage::rowwise, false, s,
+                                                 images_of(q_input_, ctx.activation_images, ctx)));
 }
 
 GemmOperand ParallelLinear::local_input(const Tensor& x, RankContext& ctx, const Stream& s) {
@@ -188,12 +189,14 @@ GemmOperand ParallelLinear::grad_local(const Tensor& dy, RankContext& ctx, const
 }
 
 GatherResult ParallelLinear::gather_grad(const Tensor& dy, RankContext& ctx, const Stream& s) {
-  return gather_along_first_dim(dy, *ctx.comm, q_grad_ ? &*q_grad_ : nullptr, Usage::both, false, s);
+  return gather_along_first_dim(dy, *ctx.comm, q_grad_ ? &*q_grad_ : nullptr, Usage::both, false, s,
+                                images_of(q_grad_, ctx.activation_images, ctx));
 }
 
 // Local M not a multiple of the block → the fallback gathers the saved high-precision copy: exact either way.
 GatherResult ParallelLinear::regather_input(const Tensor& h, RankContext& ctx, const Stream& s) {
-  return gather_along_first_dim(h, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::columnwise, true, s);
+  return gather_along_first_dim(h, *ctx.comm, q_input_ ? &*q_input_ : nullptr, Usage::columnwise, true, s,
+                                images_of(q_input_, ctx.activation_images, ctx));
 }
 
 GemmOperand ParallelLinear::input_columnwise(const Tensor& x, RankContext& ctx, const Stream& s) {

@@ -288,6 +288,44 @@ TEST(GatherPlan, NamesTheReasonAndLogsOncePerCallSite) {
   EXPECT_NE(lines[0].find("bf16"), std::string::npos) << lines[0];
 }
 
+// With images, the copies the gather quantizes itself carry their exact images, equal to dequantizing those copies:
+// both copies when the column-wise one falls back (FP8 block 1D at local M = 250: one bf16 gather, both quantized
+// from it), and every copy in a group of one. Copies that travel quantized (row-wise alone) carry none.
+TEST(GatherImages, TheFallbackQuantizeWritesThemAndTheQuantizedPathNone) {
+  const ImageSpec spec{DType::f32, true};
+  auto comms = make_local_group(2, {Device::cpu(), 20s});
+  run_ranks(comms, [&](Communicator& comm) {
+    Quantizer q(formats()[2].config), plain(formats()[2].config);
+    Tensor x = Tensor::empty({250, 256}, DType::bf16);
+    x.fill_normal(10 + static_cast<uint64_t>(comm.rank()));
+    const GatherResult g = gather_along_first_dim(x, comm, &q, Usage::both, false, Stream(), spec);
+    const GatherResult h = gather_along_first_dim(x, comm, &plain, Usage::both, false);
+    EXPECT_EQ(g.plan.columnwise.path, GatherRoute::fallback);
+    const QuantizedTensor& a = g.quantized();
+    for (Usage u : {Usage::rowwise, Usage::columnwise}) {
+      const Tensor& image = u == Usage::rowwise ? a.rowwise_image : a.columnwise_image;
+      ASSERT_TRUE(image.defined()) << usage_name(u);
+      EXPECT_EQ(image.shape(), (Shape{500, 256}));
+      EXPECT_EQ(image.to_f32_vector(), a.dequantize_usage(u, DType::f32).to_f32_vector()) << usage_name(u);
+    }
+    EXPECT_EQ(a.nbytes(), h.quantized().nbytes());
+    const GatherResult r = gather_along_first_dim(x, comm, &q, Usage::rowwise, false, Stream(), spec);
+    EXPECT_EQ(r.plan.rowwise.path, GatherRoute::quantized);
+    EXPECT_FALSE(r.quantized().rowwise_image.defined());
+  });
+  auto one = make_local_group(1, {Device::cpu(), 20s});
+  run_ranks(one, [&](Communicator& comm) {
+    Quantizer q(formats()[4].config);
+    Tensor x = Tensor::empty({64, 64}, DType::bf16);
+    x.fill_normal(3);
+    const GatherResult g = gather_along_first_dim(x, comm, &q, Usage::both, false, Stream(), spec);
+    const QuantizedTensor& a = g.quantized();
+    ASSERT_TRUE(a.rowwise_image.defined());
+    ASSERT_TRUE(a.columnwise_image.defined());
+    EXPECT_EQ(a.rowwise_image.to_f32_vector(), a.dequantize_usage(Usage::rowwise, DType::f32).to_f32_vector());
+  });
+}
+
 TEST(GatherPlan, FollowsSection4) {
   Quantizer b1(formats()[2].config), b2(formats()[3].config), mx(formats()[4].config);
   EXPECT_EQ(plan_gather({250, 4096}, &b1, Usage::rowwise, 4).rowwise.path, GatherRoute::quantized);
