@@ -37,18 +37,6 @@ std::string GemmOperand::str() const {
          q.device().str();
 }
 
-GemmOperand GemmOperand::with_image(Usage u, Tensor image) const {
-  TE_CHECK(is_quantized(), "GEMM operand " << str() << ": only a quantized operand carries an image");
-  TE_CHECK(u == Usage::rowwise || u == Usage::columnwise, "GEMM operand image: one copy, row-wise or column-wise");
-  if (image.defined())
-    TE_CHECK(image.dim() == 2 && image.size(0) == rows() && image.size(1) == cols() && image.device() == device(),
-             "GEMM operand " << str() << ": image " << image.str() << " is not its [" << rows() << ", " << cols()
-                             << "] image");
-  QuantizedTensor q = quantized();
-  (u == Usage::rowwise ? q.rowwise_image : q.columnwise_image) = std::move(image);
-  return GemmOperand(q);
-}
-
 const Tensor& GemmOperand::image(Usage u) const {
   static const Tensor none;
   if (!is_quantized()) return none;
@@ -60,18 +48,6 @@ std::optional<ImageSpec> gemm_image_spec(QuantFormat format, Device device) {
   if (format == QuantFormat::mxfp8 || format == QuantFormat::nvfp4_1d || format == QuantFormat::nvfp4_2d)
     return ImageSpec{DType::bf16, false};
   return std::nullopt;
-}
-
-Tensor gemm_image(const QuantizedTensor& q, Usage u, const Stream& stream) {
-  TE_CHECK_HINT(q.has(u), "gemm_image: " << GemmOperand(q).str() << " lacks the " << usage_name(u) << " copy",
-                "quantize it with that usage");
-  if ((u == Usage::columnwise && q.columnwise_rht) || !gemm_image_spec(q.format, q.device())) return Tensor();
-  if (q.device().is_cpu()) return detail::as_2d(q.dequantize_usage(u, DType::f32), stream);
-#if TE_WITH_CUDA
-  return detail::emulation_image(q, u, stream);
-#else
-  return Tensor();
-#endif
 }
 
 namespace detail {

@@ -23,8 +23,9 @@
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
 // CPU (any format): every operand is dequantized to f32 from the copy the role needs, then an f32 GEMM; so the CPU
 // result is the f32 GEMM of exactly the values the GPU multiplies.
-// Where a GEMM would dequantize, an operand may carry that copy's image already made (gemm_image(), e.g. a weight
-// that serves many steps); the GEMM reads it instead, with the same bytes as a result.
+// Where a GEMM would dequantize, a quantized operand may carry that copy's image already made (the quantizer writes
+// it when asked with gemm_image_spec, e.g. for a weight that serves many steps); the GEMM reads it instead, with the
+// same bytes as a result.
 //
 // Shapes need no alignment: when fp8 dims or leading dims miss cuBLASLt's rules (rows multiple of 8, K multiple
 // of 16 bytes, 16-byte aligned pointers) the call copies into zero-padded temporaries; the user's tensors are never
@@ -63,10 +64,9 @@ class GemmOperand {
   Device device() const;
   std::string str() const;  // "[8, 16] bf16" / "[8, 16] fp8_block_1d(fp8_e4m3, rowwise)" for messages
 
-  // A quantized operand carrying gemm_image(quantized(), u) in its QuantizedTensor (an undefined image carries
-  // nothing); a quantizer can write the same image in its own pass (gemm_image_spec).
-  GemmOperand with_image(Usage u, Tensor image) const;
-  const Tensor& image(Usage u) const;  // the carried image of copy `u`, or an undefined tensor
+  // The image of copy `u` its QuantizedTensor carries (Quantizer::quantize with gemm_image_spec), or an undefined
+  // tensor.
+  const Tensor& image(Usage u) const;
 
  private:
   std::variant<Tensor, QuantizedTensor> v_;
@@ -76,12 +76,6 @@ class GemmOperand {
 // per-tensor factor on the CPU (every format); bf16 without that factor (it goes into alpha) for MXFP8 / NVFP4 on a
 // GPU; nothing for FP8 on a GPU, whose GEMM reads the quantized copy itself. Pass it to Quantizer::quantize.
 std::optional<ImageSpec> gemm_image_spec(QuantFormat format, Device device);
-
-// The exact high-precision image of q's `u` copy in the form a GEMM on q's device reads when it has no kernel for
-// q's format: f32 on the CPU (every format); bf16 on a GPU for MXFP8 and NVFP4, the NVFP4 per-tensor factor left
-// out (the GEMM puts it into alpha). Undefined where the GEMM reads q itself (FP8 on a GPU) and for a
-// Hadamard-transformed copy. A [rows, cols] tensor on q's device, enqueued on `stream`.
-Tensor gemm_image(const QuantizedTensor& q, Usage u, const Stream& stream = Stream());
 
 struct GemmOptions {
   // Output dtype when gemm() allocates `out`; when out is given it must be unset or equal out's dtype.

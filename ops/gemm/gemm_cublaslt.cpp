@@ -561,12 +561,6 @@ void run_emulated(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, 
 
 }  // namespace
 
-Tensor emulation_image(const QuantizedTensor& q, Usage u, const Stream& stream) {
-  if (q.format == QuantFormat::fp8_per_tensor || is_block(q.format)) return Tensor();  // read by the fp8 GEMM itself
-  set_current_device(q.device());
-  return exact_image(q, u, DType::bf16, stream);
-}
-
 void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
                GemmContext& ctx, const Stream& stream) {
   set_current_device(out.device());

@@ -49,8 +49,6 @@ GemmShape gemm_shape(const GemmOperand& a, const GemmOperand& b, GemmRole role);
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
               GemmContext& ctx);
 #if TE_WITH_CUDA
-// gemm_image() on a GPU: bf16 for the formats the GPU GEMM emulates, undefined for the ones it runs directly.
-Tensor emulation_image(const QuantizedTensor& q, Usage u, const Stream& stream);
 void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
                GemmContext& ctx, const Stream& stream);
 #endif

@@ -26,7 +26,7 @@ struct QuantizedTensor {
   bool columnwise_rht = false;
   // Optional exact image of each copy, [M, K] in x's order (ImageSpec: its dtype, NVFP4's factor in or out): what a
   // GEMM with no kernel for the format multiplies, written by the pass that quantized (Quantizer::quantize with
-  // images) or made once for a weight (ops/gemm: gemm_image). A Hadamard-transformed copy's image holds the values
+  // images; ops/gemm: gemm_image_spec says which form). A Hadamard-transformed copy's image holds the values
   // as stored, which is what a GEMM whose transforms cancel reads. Not part of nbytes(): a gather never moves it.
   Tensor rowwise_image, columnwise_image;
 

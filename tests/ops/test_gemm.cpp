@@ -187,13 +187,13 @@ bool is_fp8_format(QuantFormat f) {
   return f == QuantFormat::fp8_per_tensor || f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d;
 }
 
-QuantizedTensor quantize(const Tensor& x, QuantFormat f, DType dt) {
+QuantizedTensor quantize(const Tensor& x, QuantFormat f, DType dt, std::optional<ImageSpec> images = std::nullopt) {
   QuantizerConfig cfg;
   cfg.format = f;
   cfg.data_dtype = dt;
   cfg.pow2_scales = f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d;
   Quantizer q(cfg);
-  return q.quantize(x, Usage::both);
+  return q.quantize(x, Usage::both, Stream(), {}, images);
 }
 
 QuantizedTensor to_device(QuantizedTensor q, Device dev) {
@@ -281,25 +281,24 @@ TEST_P(GemmQuantized, CudaAccumulateMatchesCpu) {
   EXPECT_LE(test::rel_l2(std::vector<double>(w.begin(), w.end()), got.to_f32_vector()), test::kTolBF16);
 }
 
-// An operand carrying the images of the copies its role reads (gemm_image) gives the same bytes as one the GEMM
-// dequantizes itself, on the CPU and the GPU, and the GEMM reads the images instead of dequantizing.
+// Operands quantized with the images a GEMM on their device reads (gemm_image_spec) give the same bytes as the same
+// quantization without them, which the GEMM dequantizes itself, on the CPU and the GPU; and the GEMM reads the
+// images instead of dequantizing.
 TEST_P(GemmQuantized, CarriedImagesGiveTheSameBytes) {
   const auto& [role, pair, d] = GetParam();
-  const Usage ua = role == GemmRole::wgrad ? Usage::columnwise : Usage::rowwise;
-  const Usage ub = role == GemmRole::fprop ? Usage::rowwise : Usage::columnwise;
   for (bool cuda : {false, true}) {
     if (cuda && cuda_device_count() == 0) continue;
     const Device dev = test::device_for(cuda);
-    const QuantizedTensor da = to_device(qa, dev), db = to_device(qb, dev);
+    const Tensor xa = a_hp.to(dev), xb = b_hp.to(dev);
+    const std::optional<ImageSpec> sa = gemm_image_spec(pair.fa, dev), sb = gemm_image_spec(pair.fb, dev);
     GemmOptions opts;
     opts.out_dtype = DType::bf16;
     GemmContext plain_ctx(dev), image_ctx(dev);
-    const Tensor want = gemm(da, db, role, opts, plain_ctx);
-    const Tensor ia = gemm_image(da, ua), ib = gemm_image(db, ub);
-    const Tensor got = gemm(GemmOperand(da).with_image(ua, ia), GemmOperand(db).with_image(ub, ib), role, opts,
-                            image_ctx);
+    const Tensor want = gemm(quantize(xa, pair.fa, pair.da), quantize(xb, pair.fb, pair.db), role, opts, plain_ctx);
+    const Tensor got =
+        gemm(quantize(xa, pair.fa, pair.da, sa), quantize(xb, pair.fb, pair.db, sb), role, opts, image_ctx);
     EXPECT_EQ(test::bytes_of(want), test::bytes_of(got)) << dev.str();
-    const int64_t images = int64_t(ia.defined()) + int64_t(ib.defined());
+    const int64_t images = int64_t(sa.has_value()) + int64_t(sb.has_value());
     EXPECT_EQ(image_ctx.stats().images_read, images) << dev.str();
     EXPECT_EQ(image_ctx.stats().operands_dequantized + images, plain_ctx.stats().operands_dequantized) << dev.str();
     // The CPU dequantizes every quantized operand; a GPU only the formats it has no tensor-core path for.
