@@ -32,11 +32,11 @@ std::string block_yaml(const BlockOpts& o, int64_t tokens, int64_t hidden, int64
   if (o.module == "layernorm_mlp") branches = mlp;
   else if (o.module == "layernorm_linear") branches = lin;
   else branches = lin + mlp;
+  const std::string images = o.images == "on" ? "true" : "false";
   return "name: bench\nmodel:\n  hidden: " + std::to_string(hidden) + "\n  layers: 1\n  dtype: bf16\n  block:\n" +
          branches + "parallel: {tp: 1}\nprecision: {recipe: " + o.recipe + "}\nrun: {mode: " +
-         (train ? "train" : "infer") + ", tokens: " + std::to_string(tokens) + ", seed: 7, weight_images: " +
-         (o.images == "on" ? "true" : "false") + ", activation_images: " + (o.images == "on" ? "true" : "false") +
-         "}\n";
+         (train ? "train" : "infer") + ", tokens: " + std::to_string(tokens) + ", seed: 7, weight_images: " + images +
+         ", activation_images: " + images + "}\n";
 }
 
 struct Bench : SingleRankModel {
@@ -55,7 +55,7 @@ std::unique_ptr<Bench> make(const std::string& yaml, Device device, bool train) 
 }
 
 // The module's GEMMs (fprop; plus dgrad and wgrad with --backward) on operands quantized once, outside the timing,
-// with the GEMM images the run keeps (--images): where a GEMM would dequantize, the floor is the GEMM on images.
+// with the GEMM images the run's context keeps: where a GEMM would dequantize, the floor is the GEMM on images.
 double gemm_floor_ms(const Bench& b, const BlockOpts& o) {
   const RecipeConfigs& rc = b.ctx.recipe;
   const Stream& st = b.ctx.stream;
@@ -68,24 +68,24 @@ double gemm_floor_ms(const Bench& b, const BlockOpts& o) {
   const int64_t F1 = o.activation == "swiglu" ? 2 * F : F;
   if (o.module != "layernorm_mlp") linears.insert(linears.end(), {{T, F, H}, {T, H, F}});
   if (o.module != "layernorm_linear") linears.insert(linears.end(), {{T, F1, H}, {T, H, F}});
-  auto operand = [&](const std::optional<QuantizerConfig>& qc, const Shape& s, Usage u) -> GemmOperand {
+  auto operand = [&](const std::optional<QuantizerConfig>& qc, const Shape& s, Usage u, bool images) -> GemmOperand {
     Tensor t = Tensor::empty(s, DType::bf16, b.ctx.device, st);
     t.fill_normal(3, 0.f, 1.f, st);
     if (!qc) return GemmOperand(t);
     Quantizer q(*qc);
-    return GemmOperand(q.quantize(t, u, st, {}, o.images == "on" ? gemm_image_spec(qc->format, b.ctx.device)
-                                                                  : std::nullopt));
+    return GemmOperand(q.quantize(t, u, st, {}, images ? gemm_image_spec(qc->format, b.ctx.device) : std::nullopt));
   };
   std::vector<std::function<void()>> calls;
   std::vector<std::shared_ptr<Tensor>> outs;
   const Usage both = o.backward ? Usage::both : Usage::rowwise;
   for (const Shape3& l : linears) {
-    GemmOperand x = operand(rc.input, {l.m, l.k}, both), w = operand(rc.weight, {l.n, l.k}, both);
+    GemmOperand x = operand(rc.input, {l.m, l.k}, both, b.ctx.activation_images),
+                w = operand(rc.weight, {l.n, l.k}, both, b.ctx.weight_images);
     GemmOptions opts;
     opts.out_dtype = DType::bf16;
     calls.push_back([&gctx, &st, x, w, opts] { (void)gemm(x, w, GemmRole::fprop, opts, gctx, st); });
     if (o.backward) {
-      GemmOperand dy = operand(rc.grad, {l.m, l.n}, Usage::both);
+      GemmOperand dy = operand(rc.grad, {l.m, l.n}, Usage::both, b.ctx.activation_images);
       GemmOptions wopts;
       wopts.out_dtype = DType::f32;
       calls.push_back([&gctx, &st, dy, w, opts] { (void)gemm(dy, w, GemmRole::dgrad, opts, gctx, st); });
