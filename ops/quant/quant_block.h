@@ -10,6 +10,10 @@
 
 namespace te {
 
+TE_HD bool nvfp4_format(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
+// Block scales stored as one byte (MXFP8: E8M0, NVFP4: E4M3) rather than an fp32 scale_inv.
+TE_HD bool byte_scales(QuantFormat f) { return f == QuantFormat::mxfp8 || nvfp4_format(f); }
+
 TE_HD float quant_fmt_max(DType data_dtype) {
   return data_dtype == DType::fp8_e5m2 ? 57344.0f : (data_dtype == DType::fp4_e2m1 ? 6.0f : 448.0f);
 }
@@ -68,14 +72,14 @@ TE_HD BlockScale block_scale(const QuantParams& p, DType in, float amax, float s
   return bs;
 }
 TE_HD void store_block_scale(const QuantParams& p, void* scale_inv, int64_t index, const BlockScale& bs) {
-  if (p.format == QuantFormat::mxfp8 || p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d)
+  if (byte_scales(p.format))
     static_cast<uint8_t*>(scale_inv)[index] = bs.code;
   else
     static_cast<float*>(scale_inv)[index] = bs.scale_inv;
 }
 // The code of one element (fp4: a nibble). `index` = r * C + c in the copy's view (the SR counter).
 TE_HD uint8_t encode_element(const QuantParams& p, float x, float factor, uint64_t index, uint32_t copy) {
-  if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d)
+  if (nvfp4_format(p.format))
     return nvfp4_element(x, factor, p.sr, p.seed, index, copy);
   return cast_fp8(x * factor, p.data_dtype);
 }
@@ -109,55 +113,45 @@ TE_HD void delayed_scale_update(const DelayedUpdateArgs& a) {
 // one NaN (0x7FC00000) so that outputs compare bit for bit.
 TE_HD float canonical_nan(float v) { return f32_is_nan(v) ? f32_from_bits(0x7FC00000u) : v; }
 
-// Dequantization in three steps that every kernel shares: the decode factor of a block, the code of an element,
-// and the element's value = code value × factor (NVFP4: × S_dec after that).
-TE_HD bool dequant_fp4(const DequantArgs& a) {
-  return a.format == QuantFormat::nvfp4_1d || a.format == QuantFormat::nvfp4_2d;
+// An element's value in three steps that every kernel shares, dequantizing or writing an image: the decoded scale of
+// its block, the value of its code, and their product (NVFP4: × S_dec after that).
+// The decoded scale of a one-byte block scale code (MXFP8: E8M0 power of two; NVFP4: E4M3).
+TE_HD float scale_of_code(QuantFormat f, uint8_t code) {
+  return f == QuantFormat::mxfp8 ? e8m0_to_f32(code) : e4m3_to_f32(code);
 }
-// Block b (along C) of row r of A: the stored fp32 scale_inv, the E8M0 power of two (MXFP8) or the E4M3 block
-// scale (NVFP4).
+// The value of an element code (fp4: a nibble).
+TE_HD float code_value(QuantFormat f, DType data_dtype, uint8_t code) {
+  return nvfp4_format(f) ? e2m1_to_f32(code) : fp8_to_f32(code, data_dtype);
+}
+TE_HD float element_value(QuantFormat f, float code_value, float block_scale, float s_dec) {
+  return nvfp4_format(f) ? code_value * block_scale * s_dec : code_value * block_scale;
+}
+
+// Dequantize side. Block b (along C) of row r of A: the stored fp32 scale_inv, or its one-byte code decoded.
 TE_HD float dequant_block_scale(const DequantArgs& a, int64_t r, int64_t b) {
   const int64_t si = scale_offset(a.layout, r, b);
-  if (a.format == QuantFormat::mxfp8) return e8m0_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]);
-  if (dequant_fp4(a)) return e4m3_to_f32(static_cast<const uint8_t*>(a.scale_inv)[si]);
+  if (byte_scales(a.format)) return scale_of_code(a.format, static_cast<const uint8_t*>(a.scale_inv)[si]);
   return static_cast<const float*>(a.scale_inv)[si];
 }
 // The code of A[r][c] (fp4: its nibble).
 TE_HD uint8_t dequant_code(const DequantArgs& a, int64_t r, int64_t c) {
   const int64_t di = data_offset(a.layout, r, c);
-  if (!dequant_fp4(a)) return a.data[di];
+  if (!nvfp4_format(a.format)) return a.data[di];
   const uint8_t byte = a.data[di >> 1];
   return (di & 1) ? (byte >> 4) : (byte & 0xF);
 }
-TE_HD float dequant_code_value(const DequantArgs& a, uint8_t code) {
-  return dequant_fp4(a) ? e2m1_to_f32(code) : fp8_to_f32(code, a.data_dtype);
-}
 // NVFP4's per-tensor decode factor S_dec (1 for the other formats).
 TE_HD float dequant_s_dec(const DequantArgs& a) {
-  return dequant_fp4(a) ? 1.0f / nvfp4_global_encode_scale(*a.amax) : 1.0f;
-}
-TE_HD float dequant_value(const DequantArgs& a, float code_value, float block_scale, float s_dec) {
-  return dequant_fp4(a) ? code_value * block_scale * s_dec : code_value * block_scale;
+  return nvfp4_format(a.format) ? 1.0f / nvfp4_global_encode_scale(*a.amax) : 1.0f;
 }
 
-// Quantize side: the decoded scale of a block as a dequantization reads it back (dequant_block_scale), and the image
-// value of one code under it — dequant_value's product, NVFP4 times `s_dec` (1 when the image leaves it out).
+// Quantize side: the decoded scale of a block as a dequantization reads it back, and the image value of one code
+// under it, NVFP4 times `s_dec` (1 when the image leaves the per-tensor factor out).
 TE_HD float decoded_block_scale(const QuantParams& p, const BlockScale& bs) {
-  if (p.format == QuantFormat::mxfp8) return e8m0_to_f32(bs.code);
-  if (p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d) return e4m3_to_f32(bs.code);
-  return bs.scale_inv;
-}
-TE_HD bool image_fp4(const QuantParams& p) {
-  return p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d;
-}
-TE_HD float image_code_value(const QuantParams& p, uint8_t code) {
-  return image_fp4(p) ? e2m1_to_f32(code) : fp8_to_f32(code, p.data_dtype);
-}
-TE_HD float image_product(const QuantParams& p, float code_value, float block_scale, float s_dec) {
-  return canonical_nan(image_fp4(p) ? code_value * block_scale * s_dec : code_value * block_scale);
+  return byte_scales(p.format) ? scale_of_code(p.format, bs.code) : bs.scale_inv;
 }
 TE_HD float image_value(const QuantParams& p, uint8_t code, float block_scale, float s_dec) {
-  return image_product(p, image_code_value(p, code), block_scale, s_dec);
+  return canonical_nan(element_value(p.format, code_value(p.format, p.data_dtype, code), block_scale, s_dec));
 }
 // The s_dec an image of an NVFP4 copy with global encode scale `s_enc` multiplies by (dequant_s_dec's value).
 TE_HD float image_s_dec(const ImageSpec& spec, float s_enc) { return spec.tensor_factor ? 1.0f / s_enc : 1.0f; }
@@ -165,8 +159,8 @@ TE_HD float image_s_dec(const ImageSpec& spec, float s_enc) { return spec.tensor
 // The value of A[r][c] of one copy, before undoing any RHT.
 TE_HD float dequant_element(const DequantArgs& a, int64_t r, int64_t c) {
   const int64_t b = a.layout.block ? c / a.layout.block : 0;
-  return dequant_value(a, dequant_code_value(a, dequant_code(a, r, c)), dequant_block_scale(a, r, b),
-                       dequant_s_dec(a));
+  return element_value(a.format, code_value(a.format, a.data_dtype, dequant_code(a, r, c)),
+                       dequant_block_scale(a, r, b), dequant_s_dec(a));
 }
 
 }  // namespace te

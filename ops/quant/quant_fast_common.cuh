@@ -77,26 +77,32 @@ __device__ __forceinline__ void store_tensor_scales(const QuantParams& p, const 
   if (p.columnwise) store_block_scale(p, out.col.scale_inv, 0, bs);
 }
 
-// Image of fp8 codes (element j in byte j % 4 of word j / 4) under one decoded block scale: `n` values (≤ 8, from
-// word pairs) at image[i ..], [M, K] order. A bf16 image of 8 values at an 8-aligned i is one 16-byte store.
+// Two image values as the bf16 pair of one 32-bit store (the lower element in the low half).
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  return bf16_from_f32(lo) | (static_cast<uint32_t>(bf16_from_f32(hi)) << 16);
+}
+// The image of fp8 code `byte` of `word` (element j in byte j % 4) under its block's decoded scale.
 __device__ __forceinline__ float fp8_image(const QuantParams& p, uint32_t word, int byte, float decoded) {
   return image_value(p, static_cast<uint8_t>(word >> (8 * byte)), decoded, 1.0f);
 }
+// The image of 8 consecutive fp8 codes (two words) under one decoded scale at image[i ..], [M, K] order: one 16-byte
+// store for a bf16 image at an 8-aligned i.
 __device__ __forceinline__ void store_image8(const QuantParams& p, const QuantOutputs& out, void* image, int64_t i,
-                                             int n, uint32_t w0, uint32_t w1, float decoded) {
+                                             uint32_t w0, uint32_t w1, float decoded) {
   const uint32_t w[2] = {w0, w1};
-  if (n == 8 && out.image.dtype == DType::bf16 && (i & 7) == 0) {
+  if (out.image.dtype == DType::bf16 && (i & 7) == 0) {
     uint32_t h[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      h[j] = bf16_from_f32(fp8_image(p, w[j / 2], 2 * (j % 2), decoded)) |
-             (static_cast<uint32_t>(bf16_from_f32(fp8_image(p, w[j / 2], 2 * (j % 2) + 1, decoded))) << 16);
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t word = w[j / 2];
+      const int b = 2 * (j % 2);
+      h[j] = bf16x2_bits(fp8_image(p, word, b, decoded), fp8_image(p, word, b + 1, decoded));
+    }
     *reinterpret_cast<uint4*>(static_cast<uint16_t*>(image) + i) = make_uint4(h[0], h[1], h[2], h[3]);
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-    if (j < n) store_f32(image, out.image.dtype, i + j, fp8_image(p, w[j / 4], j % 4, decoded));
+  for (int j = 0; j < 8; ++j) store_f32(image, out.image.dtype, i + j, fp8_image(p, w[j / 4], j % 4, decoded));
 }
 
 }  // namespace te::quant_fast

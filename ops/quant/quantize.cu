@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantInput x, QuantP
     atomic_max_nonneg_u(&tile_amax[cur], a);
     __syncthreads();
   }
-  const bool fp4 = p.format == QuantFormat::nvfp4_1d || p.format == QuantFormat::nvfp4_2d;
+  const bool fp4 = nvfp4_format(p.format);
   auto tile_amax_of = [&](int rr, int cc) {
     return two_d ? __uint_as_float(tile_amax[(rr / block) * (kTile / block) + cc / block]) : 0.f;
   };

@@ -46,7 +46,7 @@ __device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantOutput
   }
   const uint2 q = make_uint2(fp8_quad(v, bs.factor, p.data_dtype), fp8_quad(v + 4, bs.factor, p.data_dtype));
   *reinterpret_cast<uint2*>(row.data + data_offset(row.layout, m, k)) = q;
-  if (out.row_image) store_image8(p, out, out.row_image, m * K + k, 8, q.x, q.y, decoded_block_scale(p, bs));
+  if (out.row_image) store_image8(p, out, out.row_image, m * K + k, q.x, q.y, decoded_block_scale(p, bs));
 }
 
 // 32 codes (one column, 32 rows) to 32 consecutive bytes at dst; `rows` < 32 at the bottom edge of x.
@@ -168,8 +168,7 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
         const float v0 = fp8_image(p, q0[j / 4], j % 4, d0), v1 = fp8_image(p, q1[j / 4], j % 4, d1);
         const int64_t i = (mq + j) * x.K + k;
         if (out.image.dtype == DType::bf16) {
-          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + i) =
-              bf16_from_f32(v0) | (static_cast<uint32_t>(bf16_from_f32(v1)) << 16);
+          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + i) = bf16x2_bits(v0, v1);
         } else {
           store_f32(out.col_image, out.image.dtype, i, v0);
           store_f32(out.col_image, out.image.dtype, i + 1, v1);

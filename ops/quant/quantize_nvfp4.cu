@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
       if (out.image.dtype == DType::bf16) {
         uint32_t h[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          h[j] = bf16_from_f32(img[2 * j]) | (static_cast<uint32_t>(bf16_from_f32(img[2 * j + 1])) << 16);
+        for (int j = 0; j < 8; ++j) h[j] = bf16x2_bits(img[2 * j], img[2 * j + 1]);
         uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
         dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
         dst[1] = make_uint4(h[4], h[5], h[6], h[7]);

@@ -13,8 +13,6 @@
 namespace te {
 namespace {
 
-bool is_fp4(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
-
 // x as a dense f32 matrix [M, K] (exact: bf16/f16 widen without rounding).
 std::vector<float> load_matrix(const QuantInput& x) {
   std::vector<float> X(static_cast<size_t>(x.M * x.K));
@@ -46,6 +44,11 @@ float amax_of(const std::vector<float>& v) {
   return a;
 }
 
+// The value of every element code of a copy (a table lookup instead of a decode per element).
+void fill_code_values(QuantFormat f, DType data_dtype, float (&values)[256]) {
+  for (int code = 0; code < 256; ++code) values[code] = code_value(f, data_dtype, static_cast<uint8_t>(code));
+}
+
 // The image of a copy's view A [R, C] (row-major, f32) stored in x's [M, K] order: A itself for the row-wise copy,
 // its transpose for the column-wise one.
 void store_image(const std::vector<float>& A, int64_t R, int64_t C, bool transposed, void* image, DType dtype) {
@@ -60,20 +63,19 @@ void store_image(const std::vector<float>& A, int64_t R, int64_t C, bool transpo
 
 // Quantizes A [R, C] into one copy. Block amax: 1D over the block's elements of row r; 2D over the B x B tile.
 // With `image`, also the copy's exact image in x's [M, K] order (A's transpose for the column-wise copy): each
-// code's value from a table, times its block's decoded scale (image_product, as the CUDA kernels compute it).
+// code's value from a table, times its block's decoded scale (element_value, as the CUDA kernels compute it).
 void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, float copy_amax,
                    const QuantCopyOut& out, uint32_t copy, void* image, const ImageSpec& spec) {
   const CopyLayout& L = out.layout;
   const int64_t R = L.R, C = L.C, B = L.block ? L.block : std::max<int64_t>(C, 1), nb = L.blocks_per_row();
   if (L.fp4) std::memset(out.data, 0, static_cast<size_t>(dtype_storage_bytes(DType::fp4_e2m1, R * L.data_ld)));
-  const float s_enc = is_fp4(p.format) ? nvfp4_global_encode_scale(copy_amax) : 1.0f;
+  const float s_enc = nvfp4_format(p.format) ? nvfp4_global_encode_scale(copy_amax) : 1.0f;
   if (p.format == QuantFormat::fp8_per_tensor)  // written even for an empty tensor
     store_block_scale(p, out.scale_inv, 0, block_scale(p, in, copy_amax, s_enc));
 
-  float values[256];  // the value of every element code
+  float values[256];
   std::vector<float> img(image ? static_cast<size_t>(R * C) : 0);
-  if (image)
-    for (int code = 0; code < 256; ++code) values[code] = image_code_value(p, static_cast<uint8_t>(code));
+  if (image) fill_code_values(p.format, p.data_dtype, values);
 
   // Amax of every block (2D: every tile, indexed by its first row's tile).
   std::vector<float> block_amax(static_cast<size_t>(R * nb), 0.f);
@@ -98,7 +100,7 @@ void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, 
           out.data[i >> 1] |= static_cast<uint8_t>((i & 1) ? q << 4 : q);
         else
           out.data[i] = q;
-        if (image) img[r * C + c] = image_product(p, values[q], decoded, s_dec);
+        if (image) img[r * C + c] = canonical_nan(element_value(p.format, values[q], decoded, s_dec));
       }
     }
   if (image) store_image(img, R, C, copy != 0, image, spec.dtype);
@@ -137,7 +139,7 @@ void dequantize_row(const DequantArgs& a, int64_t r, const float* values, float 
   for (int64_t b = 0; b < L.blocks_per_row(); ++b) {
     const float scale = dequant_block_scale(a, r, b);
     for (int64_t c = b * B; c < std::min(L.C, (b + 1) * B); ++c)
-      row[c] = dequant_value(a, values[dequant_code(a, r, c)], scale, s_dec);
+      row[c] = element_value(a.format, values[dequant_code(a, r, c)], scale, s_dec);
   }
 }
 
@@ -145,8 +147,8 @@ void dequantize_row(const DequantArgs& a, int64_t r, const float* values, float 
 
 void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stream&) {
   const CopyLayout& L = a.layout;
-  float values[256];  // the value of every element code
-  for (int code = 0; code < 256; ++code) values[code] = dequant_code_value(a, static_cast<uint8_t>(code));
+  float values[256];
+  fill_code_values(a.format, a.data_dtype, values);
   const float s_dec = dequant_s_dec(a);
   std::vector<float> A(static_cast<size_t>(L.R * L.C));  // the copy's view [R, C]
   for (int64_t r = 0; r < L.R; ++r) dequantize_row(a, r, values, s_dec, A.data() + r * L.C);

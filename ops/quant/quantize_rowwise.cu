@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
       const float decoded = decoded_block_scale(p, bs);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
-        if (k + 8 * c < x.K) store_image8(p, out, out.row_image, m * x.K + k + 8 * c, 8, q[2 * c], q[2 * c + 1], decoded);
+        if (k + 8 * c < x.K) store_image8(p, out, out.row_image, m * x.K + k + 8 * c, q[2 * c], q[2 * c + 1], decoded);
     }
   }
 }
@@ -176,7 +176,8 @@ void quantize_rowwise_cuda(const QuantInput& x, const QuantParams& p, const Quan
     constexpr bool I = decltype(image)::value;
     if (x.dtype == DType::bf16) rowwise_kernel<Fv, A, DType::bf16, I><<<blocks, kThreads, 0, st>>>(x, p, out);
     else if (x.dtype == DType::f16) rowwise_kernel<Fv, A, DType::f16, I><<<blocks, kThreads, 0, st>>>(x, p, out);
-    else if constexpr (A == QuantPreAct::none) rowwise_kernel<Fv, A, DType::f32, I><<<blocks, kThreads, 0, st>>>(x, p, out);
+    else if constexpr (A == QuantPreAct::none)
+      rowwise_kernel<Fv, A, DType::f32, I><<<blocks, kThreads, 0, st>>>(x, p, out);
     else TE_THROW("fused activation → quantize of " << dtype_name(x.dtype) << " input", "pass bf16 or f16");
   };
   auto launch = [&](auto f, auto act) {

@@ -164,7 +164,8 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
   if (p.rowwise) make_copy(Usage::rowwise, qt.rowwise_data, qt.rowwise_scale_inv, out.row);
   if (p.columnwise) make_copy(Usage::columnwise, qt.columnwise_data, qt.columnwise_scale_inv, out.col);
   if (images) {  // [M, K] in x's order, whatever the copy's orientation
-    TE_CHECK(is_high_precision(images->dtype), "quantize: an image is f32, bf16 or f16, not " << dtype_name(images->dtype));
+    TE_CHECK(is_high_precision(images->dtype),
+             "quantize: an image is f32, bf16 or f16, not " << dtype_name(images->dtype));
     out.image = *images;
     auto make_image = [&](Tensor& image) {
       image = Tensor::empty({in.M, in.K}, images->dtype, dev, stream);
