@@ -52,6 +52,7 @@ void fill_code_values(QuantFormat f, DType data_dtype, float (&values)[256]) {
 // The image of a copy's view A [R, C] (row-major, f32) stored in x's [M, K] order: A itself for the row-wise copy,
 // its transpose for the column-wise one.
 void store_image(const std::vector<float>& A, int64_t R, int64_t C, bool transposed, void* image, DType dtype) {
+  if (A.empty()) return;  // an empty tensor's image has no bytes (and memcpy must not see a null source)
   if (dtype == DType::f32) {
     if (transposed) cpu::transpose_2d(A.data(), image, 4, R, C);
     else std::memcpy(image, A.data(), A.size() * sizeof(float));
