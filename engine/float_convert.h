@@ -56,6 +56,13 @@ TE_HD uint16_t f16_from_f32(float f) {
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h += 1u;
   return sign | static_cast<uint16_t>(h);
 }
+// Two 16-bit values packed for one 32-bit store, the lower element in the low half.
+TE_HD uint32_t bf16x2_bits(float lo, float hi) {
+  return bf16_from_f32(lo) | (static_cast<uint32_t>(bf16_from_f32(hi)) << 16);
+}
+TE_HD uint32_t f16x2_bits(float lo, float hi) {
+  return f16_from_f32(lo) | (static_cast<uint32_t>(f16_from_f32(hi)) << 16);
+}
 TE_HD float f16_to_f32(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;

@@ -115,7 +115,7 @@ HappensBefore happens_before(const Graph& g, const std::vector<PlanStep>& steps,
 int64_t quantized_value_bytes(const ValueType& type) {
   TE_CHECK(type.quant.has_value(), "quantized_value_bytes: " << type.str() << " is not quantized");
   const QuantFormatInfo& f = quant_format_info(*type.quant);
-  const bool fp4 = *type.quant == QuantFormat::nvfp4_1d || *type.quant == QuantFormat::nvfp4_2d;
+  const bool fp4 = nvfp4_format(*type.quant);
   const int64_t numel = shape_numel(type.shape);
   const int64_t k = type.shape.empty() ? 1 : type.shape.back();
   const int64_t m = k == 0 ? 0 : numel / k;

@@ -45,7 +45,7 @@ const Tensor& GemmOperand::image(Usage u) const {
 
 std::optional<ImageSpec> gemm_image_spec(QuantFormat format, Device device) {
   if (device.is_cpu()) return ImageSpec{DType::f32, true};
-  if (format == QuantFormat::mxfp8 || format == QuantFormat::nvfp4_1d || format == QuantFormat::nvfp4_2d)
+  if (byte_scales(format))  // MXFP8 / NVFP4: no Hopper tensor-core path, the GEMM reads bf16 images
     return ImageSpec{DType::bf16, false};
   return std::nullopt;
 }

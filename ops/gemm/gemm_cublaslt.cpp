@@ -489,7 +489,6 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
 }
 
 // ---- emulation: MXFP8 / NVFP4 / mixed formats -----------------------------------------------------------------
-bool is_nvfp4(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
 bool is_block(QuantFormat f) { return f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d; }
 
 // amax = 448·6 on `device`, made once per device: a copy from the host on every call would be a synchronising copy
@@ -508,7 +507,7 @@ const Tensor& nvfp4_unit_amax(Device device) {
 // q's copy `u` in [rows, cols] orientation as `dtype`: exact for MXFP8, and for NVFP4 without its global factor
 // (amax = 448·6 makes S_enc = S_dec = 1: the values are q · S_dec_b, exact in bf16).
 Tensor exact_image(QuantizedTensor q, Usage u, DType dtype, const Stream& stream) {
-  if (is_nvfp4(q.format)) {
+  if (nvfp4_format(q.format)) {
     const Tensor& unit = nvfp4_unit_amax(q.device());
     q.rowwise_amax = unit;
     q.columnwise_amax = unit;
@@ -526,7 +525,7 @@ Tensor emulated_operand(const GemmOperand& op, Usage u, DType dtype, GemmRole ro
   TE_CHECK_HINT(q.has(u), "GEMM " << gemm_role_name(role) << ": operand " << name << " " << op.str() << " lacks the "
                                   << usage_name(u) << " copy this role reads",
                 "quantize it with that usage");
-  if (is_nvfp4(q.format)) *amax = u == Usage::rowwise ? q.rowwise_amax : q.columnwise_amax;
+  if (nvfp4_format(q.format)) *amax = u == Usage::rowwise ? q.rowwise_amax : q.columnwise_amax;
   if (const Tensor* image = usable_image(op, u, keep_rht, dtype)) {
     ctx.mutable_stats().images_read++;
     return *image;

@@ -34,11 +34,8 @@ __global__ void __launch_bounds__(kThreads) dequant_rows_kernel(DequantArgs a, v
     } else {
       uint32_t w[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint16_t lo = kOut == DType::bf16 ? bf16_from_f32(v[2 * j]) : f16_from_f32(v[2 * j]);
-        const uint16_t hi = kOut == DType::bf16 ? bf16_from_f32(v[2 * j + 1]) : f16_from_f32(v[2 * j + 1]);
-        w[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-      }
+      for (int j = 0; j < 4; ++j)
+        w[j] = kOut == DType::bf16 ? bf16x2_bits(v[2 * j], v[2 * j + 1]) : f16x2_bits(v[2 * j], v[2 * j + 1]);
       *reinterpret_cast<uint4*>(static_cast<uint16_t*>(out) + m * a.K + k0) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }

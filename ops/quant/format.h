@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "engine/dtype.h"
+#include "engine/hd.h"
 
 namespace te {
 
@@ -41,6 +42,11 @@ inline constexpr std::array<QuantFormatInfo, 6> kQuantFormats{{
 constexpr const QuantFormatInfo& quant_format_info(QuantFormat f) { return kQuantFormats[static_cast<size_t>(f)]; }
 constexpr std::string_view quant_format_name(QuantFormat f) { return quant_format_info(f).name; }
 std::optional<QuantFormat> quant_format_from_name(std::string_view name);
+
+// NVFP4 (1D or 2D): FP4 codes, E4M3 block scales and a per-tensor decode factor from the stored amax.
+TE_HD constexpr bool nvfp4_format(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
+// Block scales stored as one byte (MXFP8: E8M0, NVFP4: E4M3) rather than an fp32 scale_inv.
+TE_HD constexpr bool byte_scales(QuantFormat f) { return f == QuantFormat::mxfp8 || nvfp4_format(f); }
 
 // Which copies of a tensor are wanted. Row-wise: blocks along K (used by fprop and as dgrad's dy).
 // Column-wise: blocks along M (the transposed operand of dgrad/wgrad).

@@ -10,10 +10,6 @@
 
 namespace te {
 
-TE_HD bool nvfp4_format(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
-// Block scales stored as one byte (MXFP8: E8M0, NVFP4: E4M3) rather than an fp32 scale_inv.
-TE_HD bool byte_scales(QuantFormat f) { return f == QuantFormat::mxfp8 || nvfp4_format(f); }
-
 TE_HD float quant_fmt_max(DType data_dtype) {
   return data_dtype == DType::fp8_e5m2 ? 57344.0f : (data_dtype == DType::fp4_e2m1 ? 6.0f : 448.0f);
 }

@@ -77,10 +77,6 @@ __device__ __forceinline__ void store_tensor_scales(const QuantParams& p, const 
   if (p.columnwise) store_block_scale(p, out.col.scale_inv, 0, bs);
 }
 
-// Two image values as the bf16 pair of one 32-bit store (the lower element in the low half).
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  return bf16_from_f32(lo) | (static_cast<uint32_t>(bf16_from_f32(hi)) << 16);
-}
 // The image of fp8 code `byte` of `word` (element j in byte j % 4) under its block's decoded scale.
 __device__ __forceinline__ float fp8_image(const QuantParams& p, uint32_t word, int byte, float decoded) {
   return image_value(p, static_cast<uint8_t>(word >> (8 * byte)), decoded, 1.0f);

@@ -10,7 +10,7 @@ CopyLayout copy_layout(QuantFormat format, Usage usage, int64_t M, int64_t K) {
   L.C = row ? K : M;
   L.block = info.block;
   L.two_d = info.two_d;
-  L.fp4 = format == QuantFormat::nvfp4_1d || format == QuantFormat::nvfp4_2d;
+  L.fp4 = nvfp4_format(format);
   // MXFP8's column-wise copy keeps x's [M, K] order: A = xᵀ stored transposed back.
   L.store_transposed = !row && !info.colwise_transposed;
   L.data_ld = L.store_transposed ? L.R : (L.fp4 ? (L.C + 1) / 2 * 2 : L.C);

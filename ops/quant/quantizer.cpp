@@ -10,8 +10,6 @@
 namespace te {
 namespace {
 
-bool is_fp4_format(QuantFormat f) { return f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d; }
-
 // [.., K] as [M, K] with one row stride when the leading dims collapse; otherwise undefined.
 bool collapse_2d(const Tensor& x, QuantInput& in) {
   const int d = x.dim();
@@ -41,7 +39,7 @@ bool collapse_2d(const Tensor& x, QuantInput& in) {
 
 Quantizer::Quantizer(QuantizerConfig config) : config_(config) {
   const QuantFormat f = config_.format;
-  if (is_fp4_format(f)) {
+  if (nvfp4_format(f)) {
     config_.data_dtype = DType::fp4_e2m1;
   } else {
     TE_CHECK_HINT(config_.data_dtype == DType::fp8_e4m3 || config_.data_dtype == DType::fp8_e5m2,
@@ -52,7 +50,7 @@ Quantizer::Quantizer(QuantizerConfig config) : config_(config) {
   TE_CHECK_HINT(!config_.random_hadamard || f == QuantFormat::nvfp4_1d,
                 "random_hadamard is only defined for nvfp4_1d (got " << quant_format_name(f) << ")",
                 "turn random_hadamard off for this tensor's quantizer");
-  TE_CHECK_HINT(!config_.stochastic_rounding || is_fp4_format(f),
+  TE_CHECK_HINT(!config_.stochastic_rounding || nvfp4_format(f),
                 "stochastic_rounding is only defined for NVFP4 (got " << quant_format_name(f) << ")",
                 "turn stochastic_rounding off for this tensor's quantizer");
   TE_CHECK(config_.amax_history_len >= 1,
@@ -190,7 +188,7 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
     }
     qt.rowwise_amax = qt.columnwise_amax = amax;
     out.row_amax = out.col_amax = amax.data<float>();
-  } else if (is_fp4_format(f)) {
+  } else if (nvfp4_format(f)) {
     amax = Tensor::zeros({1}, DType::f32, dev, stream);
     col_amax = qt.columnwise_rht ? Tensor::zeros({1}, DType::f32, dev, stream) : amax;
     k.amax(in, p, amax.data<float>(), qt.columnwise_rht ? col_amax.data<float>() : nullptr, stream);

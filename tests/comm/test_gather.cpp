@@ -33,7 +33,7 @@ QuantizerConfig cfg(QuantFormat f, ScalingKind scaling = ScalingKind::current, b
   c.random_hadamard = rht;
   c.stochastic_rounding = sr;
   c.seed = 1234;
-  if (f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d) c.data_dtype = DType::fp4_e2m1;
+  if (nvfp4_format(f)) c.data_dtype = DType::fp4_e2m1;
   return c;
 }
 

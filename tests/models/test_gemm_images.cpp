@@ -41,30 +41,36 @@ teengine::HostTensor seeded_input(uint64_t seed, int64_t hidden) {
   return teengine::HostTensor::from_floats({kImgTokens, hidden}, v);
 }
 
-// Three forwards (inference) or three training steps and a forward (training), with each setting and without.
+// What one engine computes: three forwards (inference), or three training steps' losses and a forward after them.
+std::vector<std::vector<float>> run_sequence(teengine::Engine& e, bool train) {
+  std::vector<std::vector<float>> out;
+  for (uint64_t s = 1; s <= 3; ++s) {
+    const teengine::HostTensor x = seeded_input(s, kImgHidden), y = seeded_input(s + 10, kImgHidden);
+    out.push_back(train ? std::vector<float>{e.train_step(x, y)} : e.forward(x).to_floats());
+  }
+  if (train) out.push_back(e.forward(seeded_input(9, kImgHidden)).to_floats());
+  return out;
+}
+
+// Each image setting against the run without images (computed once per recipe, tp and mode).
 void expect_same_bytes_with_and_without_images(const std::string& device) {
   for (const char* recipe : kQuantizedRecipes)
     for (int tp : {1, 2})
-      for (const char* mode : {"infer", "train"})
+      for (const char* mode : {"infer", "train"}) {
+        const std::string yaml = images_model(recipe, device, tp, mode);
+        const bool train = std::string(mode) == "train";
+        teengine::Engine without = teengine::Engine::from_yaml_string(yaml, images_off());
+        const std::vector<std::vector<float>> expected = run_sequence(without, train);
         for (const std::vector<std::string>& setting : kImageSettings) {
-          const std::string yaml = images_model(recipe, device, tp, mode);
           teengine::Engine with = teengine::Engine::from_yaml_string(yaml, setting);
-          teengine::Engine without = teengine::Engine::from_yaml_string(yaml, images_off());
+          const std::vector<std::vector<float>> got = run_sequence(with, train);
           const std::string what = std::string(recipe) + " tp " + std::to_string(tp) + " " + mode + " " +
                                    (setting.empty() ? "all images" : setting[0]);
-          for (uint64_t s = 1; s <= 3; ++s) {
-            const teengine::HostTensor x = seeded_input(s, kImgHidden), y = seeded_input(s + 10, kImgHidden);
-            if (std::string(mode) == "train") {
-              EXPECT_EQ(with.train_step(x, y), without.train_step(x, y)) << what << " step " << s;
-            } else {
-              EXPECT_EQ(with.forward(x).to_floats(), without.forward(x).to_floats()) << what << " forward " << s;
-            }
-          }
-          if (std::string(mode) == "train") {
-            const teengine::HostTensor x = seeded_input(9, kImgHidden);
-            EXPECT_EQ(with.forward(x).to_floats(), without.forward(x).to_floats()) << what << " after training";
-          }
+          ASSERT_EQ(got.size(), expected.size()) << what;
+          for (size_t i = 0; i < got.size(); ++i)
+            EXPECT_EQ(got[i], expected[i]) << what << (train && i < 3 ? " loss of step " : " output ") << i + 1;
         }
+      }
 }
 
 TEST(GemmImages, SameBytesWithAndWithoutThem) { expect_same_bytes_with_and_without_images("cpu"); }

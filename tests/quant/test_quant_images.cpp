@@ -18,7 +18,7 @@ namespace {
 // (S_enc = S_dec = 1); a Hadamard-transformed copy as stored (the transform not undone).
 Tensor expected_image(QuantizedTensor q, Usage u, const ImageSpec& spec) {
   q.columnwise_rht = false;
-  const bool fp4 = q.format == QuantFormat::nvfp4_1d || q.format == QuantFormat::nvfp4_2d;
+  const bool fp4 = nvfp4_format(q.format);
   if (fp4 && !spec.tensor_factor) {
     const Tensor unit = Tensor::from_f32({448.0f * 6.0f}, {1}, DType::f32, q.device());
     q.rowwise_amax = q.columnwise_amax = unit;

@@ -38,7 +38,7 @@ QuantizerConfig parse_format(const std::string& name) {
       c.format = f;
       c.scaling = s;
       c.pow2_scales = pow2;
-      if (f == QuantFormat::nvfp4_1d || f == QuantFormat::nvfp4_2d) c.data_dtype = DType::fp4_e2m1;
+      if (nvfp4_format(f)) c.data_dtype = DType::fp4_e2m1;
       m[n] = c;
     };
     add("fp8_current", QuantFormat::fp8_per_tensor, ScalingKind::current, false);
