@@ -15,9 +15,24 @@ std::vector<std::string> recipe_names() {
   return names;
 }
 
+namespace {
+
+constexpr double kCpuBudgetMs = 3000;  // CPU timing stops after this much (at least 3 samples)
+
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.repeats = static_cast<int>(ms.size());
+  t.median_ms = ms[ms.size() / 2];
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  return t;
+}
+
+}  // namespace
+
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup, int repeats) {
   const bool gpu = stream.device().is_cuda();
-  constexpr double kCpuBudgetMs = 3000;
   if (!gpu) warmup = std::min(warmup, 1);
   for (int i = 0; i < warmup; ++i) fn();
   stream.synchronize();
@@ -38,13 +53,25 @@ Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup
       spent_ms += ms.back();
     }
   }
-  std::sort(ms.begin(), ms.end());
-  Timing t;
-  t.repeats = static_cast<int>(ms.size());
-  t.median_ms = ms[ms.size() / 2];
-  t.min_ms = ms.front();
-  t.max_ms = ms.back();
-  return t;
+  return summarize(std::move(ms));
+}
+
+std::vector<Timing> time_alternating(const std::vector<std::function<void()>>& fns, const Stream& stream, int warmup,
+                                     int repeats) {
+  const bool gpu = stream.device().is_cuda();
+  for (const auto& fn : fns)
+    for (int i = 0; i < (gpu ? warmup : std::min(warmup, 1)); ++i) fn();
+  stream.synchronize();
+  std::vector<std::vector<double>> ms(fns.size());
+  double spent_ms = 0;  // the CPU's budget, as time_it's
+  for (int i = 0; i < std::max(repeats, 1) && (gpu || i < 3 || spent_ms < kCpuBudgetMs); ++i)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      ms[f].push_back(time_it(fns[f], stream, 0, 1).median_ms);
+      spent_ms += ms[f].back();
+    }
+  std::vector<Timing> out;
+  for (auto& m : ms) out.push_back(summarize(std::move(m)));
+  return out;
 }
 
 Timing time_per_op(const std::function<void()>& fn, const Stream& stream, int per_sample) {

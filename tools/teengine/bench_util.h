@@ -20,6 +20,12 @@ struct Timing {
 // are orders of magnitude slower than a GPU's, and a GPU-sized count would take minutes.
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup = 5, int repeats = 30);
 
+// Times several functions in alternating samples (warm-up of each, then sample i of every function before sample
+// i + 1 of any): a comparison in which each side meets the same clocks and temperature, instead of the second side
+// running on a GPU that the first has heated. One Timing per function, in order.
+std::vector<Timing> time_alternating(const std::vector<std::function<void()>>& fns, const Stream& stream,
+                                     int warmup = 5, int repeats = 30);
+
 // As time_it, but each timed sample runs `fn` `per_sample` times back to back (as a graph would), so the host's
 // launch latency paid once per sample does not count as kernel time; the returned times are per call of `fn`. On
 // the CPU, where nothing is launched ahead, one call per sample.
