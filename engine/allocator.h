@@ -53,7 +53,7 @@ class PoolScope {
   PoolScope& operator=(const PoolScope&) = delete;
 
  private:
-  CudaMemoryPool& pool_;
+  [[maybe_unused]] CudaMemoryPool& pool_;  // read only where CUDA is built in
 };
 
 }  // namespace te
