@@ -74,6 +74,8 @@ run_bench() {
     done
     "$exe" bench gemm --m 8192 --n 4096 --k 16384 --format fp8_block --role dgrad --json
     "$exe" bench gemm --m 16384 --n 4096 --k 8192 --format fp8_block --role wgrad --json
+    # An independent bf16 figure for the raw baseline to be checked against (PyTorch's matmul), where PyTorch is.
+    python3 tools/bench/torch_gemm.py 2>/dev/null || true
     for f in fp8_per_tensor fp8_block_1d fp8_block_2d mxfp8 nvfp4_1d nvfp4_2d; do
       for u in rowwise both; do
         "$exe" bench quant --format $f --usages $u --shape 8192x4096 --dtype bf16 --json
