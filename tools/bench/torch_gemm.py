@@ -9,24 +9,10 @@ fastest and the ratio against it flatters teengine.
 """
 import argparse
 import json
-import statistics
 
 import torch
 
-
-def time_cuda(fn, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop))
-    return statistics.median(samples)
+from compare_torch import time_cuda  # the same timing loop as the block comparison
 
 
 def main():
@@ -41,7 +27,7 @@ def main():
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ms = time_cuda(lambda: torch.matmul(x, w.t(), out=out), args.warmup, args.repeats)
+        ms = time_cuda(lambda: torch.matmul(x, w.t(), out=out), warmup=args.warmup, reps=args.repeats)
         print(json.dumps({"bench": "torch_gemm", "m": m, "n": n, "k": k, "format": "bf16", "torch": torch.__version__,
                           "device": torch.cuda.get_device_name(), "ms": ms,
                           "tflops": 2.0 * m * n * k / (ms * 1e-3) / 1e12}), flush=True)
