@@ -159,20 +159,24 @@ void setup_raw(RawLt& r, const GemmOperand& a, const GemmOperand& b, GemmRole ro
   TE_CHECK(!r.candidates.empty(), "raw cuBLASLt: no algorithm for this configuration");
 }
 
-// Times every candidate that runs (a short median each) and keeps the fastest in r.algo; returns its index in the
-// heuristic's order.
-int pick_fastest(RawLt& r, const Stream& s) {
-  int best = -1;
+struct RawChoice {
+  int index = -1;  // of the fastest, in the heuristic's order: 0 is what its first pick would have run
+  int timed = 0;   // candidates that ran (an offered algorithm may refuse at launch)
+};
+// Times every candidate that runs (a short median each) and keeps the fastest in r.algo.
+RawChoice pick_fastest(RawLt& r, const Stream& s) {
+  RawChoice c;
   double best_ms = 0;
   for (size_t i = 0; i < r.candidates.size(); ++i) {
     const cublasLtMatmulAlgo_t& a = r.candidates[i];
-    if (r.launch(a, s) != CUBLAS_STATUS_SUCCESS) continue;  // offered, but refuses at launch: not a candidate
+    if (r.launch(a, s) != CUBLAS_STATUS_SUCCESS) continue;
     const double ms = bench::time_it([&] { TE_CUBLAS_CHECK(r.launch(a, s)); }, s, 2, 9).median_ms;
-    if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
+    if (c.index < 0 || ms < best_ms) c.index = static_cast<int>(i), best_ms = ms;
+    ++c.timed;
   }
-  TE_CHECK(best >= 0, "raw cuBLASLt: none of the " << r.candidates.size() << " offered algorithms runs");
-  r.algo = r.candidates[static_cast<size_t>(best)];
-  return best;
+  TE_CHECK(c.index >= 0, "raw cuBLASLt: none of the " << r.candidates.size() << " offered algorithms runs");
+  r.algo = r.candidates[static_cast<size_t>(c.index)];
+  return c;
 }
 #endif
 
@@ -243,7 +247,7 @@ int run_gemm_bench(const GemmBenchArgs& g) {
 #if TE_WITH_CUDA
   Tensor raw_out;
   RawLt raw;
-  int raw_choice = -1;
+  RawChoice raw_choice;
   if (dev.is_cuda()) {
     raw_out = Tensor::empty({P, Q}, DType::bf16, dev, stream);
     setup_raw(raw, a, b, role, g, raw_out);
@@ -271,18 +275,18 @@ int run_gemm_bench(const GemmBenchArgs& g) {
   rep["b_read_tb_per_s"] = b_bytes / (ours.median_ms * 1e-3) / 1e12;
 #if TE_WITH_CUDA
   if (dev.is_cuda()) {
-    const bench::Timing& rt = raw_timing;
     const std::vector<float> rv = raw_out.to_f32_vector(stream);
     double dn = 0, dd = 0;
     for (size_t i = 0; i < rv.size(); ++i) dn += double(rv[i] - ov[i]) * (rv[i] - ov[i]), dd += double(rv[i]) * rv[i];
-    rep["raw_ms"] = rt.median_ms;
-    rep["raw_tflops"] = flops / (rt.median_ms * 1e-3) / 1e12;
-    rep["ratio"] = rt.median_ms / ours.median_ms;
-    rep["raw_b_read_tb_per_s"] = b_bytes / (rt.median_ms * 1e-3) / 1e12;
+    rep["raw_ms"] = raw_timing.median_ms;
+    rep["raw_tflops"] = flops / (raw_timing.median_ms * 1e-3) / 1e12;
+    rep["ratio"] = raw_timing.median_ms / ours.median_ms;
+    rep["raw_b_read_tb_per_s"] = b_bytes / (raw_timing.median_ms * 1e-3) / 1e12;
     rep["ratio_target"] = 0.97;
     rep["raw_vs_ours_rel_l2"] = dd > 0 ? std::sqrt(dn / dd) : 0.0;
-    rep["raw_algorithms_timed"] = raw.candidates.size();
-    rep["raw_algorithm_index"] = raw_choice;  // in the heuristic's order: 0 is what top-1 would have run
+    rep["raw_algorithms_offered"] = raw.candidates.size();
+    rep["raw_algorithms_timed"] = raw_choice.timed;
+    rep["raw_algorithm_index"] = raw_choice.index;
   }
 #endif
   const double ref_tflops = g.format == "bf16" ? 792 : g.format == "fp8_per_tensor" ? 1333 : 1211;

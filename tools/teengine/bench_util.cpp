@@ -32,42 +32,36 @@ Timing summarize(std::vector<double> ms) {
 }  // namespace
 
 Timing time_it(const std::function<void()>& fn, const Stream& stream, int warmup, int repeats) {
-  const bool gpu = stream.device().is_cuda();
-  if (!gpu) warmup = std::min(warmup, 1);
-  for (int i = 0; i < warmup; ++i) fn();
-  stream.synchronize();
-  std::vector<double> ms;
-  double spent_ms = 0;
-  Event start = Event::create(stream.device(), true), stop = Event::create(stream.device(), true);
-  for (int i = 0; i < repeats && (gpu || i < 3 || spent_ms < kCpuBudgetMs); ++i) {
-    if (gpu) {
-      start.record(stream);
-      fn();
-      stop.record(stream);
-      stop.synchronize();
-      ms.push_back(start.elapsed_ms(stop));
-    } else {
-      auto t0 = std::chrono::steady_clock::now();
-      fn();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      spent_ms += ms.back();
-    }
-  }
-  return summarize(std::move(ms));
+  return time_alternating({fn}, stream, warmup, repeats)[0];
 }
 
 std::vector<Timing> time_alternating(const std::vector<std::function<void()>>& fns, const Stream& stream, int warmup,
                                      int repeats) {
   const bool gpu = stream.device().is_cuda();
+  if (!gpu) warmup = std::min(warmup, 1);
   for (const auto& fn : fns)
-    for (int i = 0; i < (gpu ? warmup : std::min(warmup, 1)); ++i) fn();
+    for (int i = 0; i < warmup; ++i) fn();
   stream.synchronize();
+  Event start = Event::create(stream.device(), true), stop = Event::create(stream.device(), true);
+  // One timed call: device events on a GPU stream, the host clock on the CPU.
+  const auto sample = [&](const std::function<void()>& fn) {
+    if (!gpu) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    start.record(stream);
+    fn();
+    stop.record(stream);
+    stop.synchronize();
+    return static_cast<double>(start.elapsed_ms(stop));
+  };
   std::vector<std::vector<double>> ms(fns.size());
-  double spent_ms = 0;  // the CPU's budget, as time_it's
+  double spent_ms = 0;
   for (int i = 0; i < std::max(repeats, 1) && (gpu || i < 3 || spent_ms < kCpuBudgetMs); ++i)
     for (size_t f = 0; f < fns.size(); ++f) {
-      ms[f].push_back(time_it(fns[f], stream, 0, 1).median_ms);
-      spent_ms += ms[f].back();
+      ms[f].push_back(sample(fns[f]));
+      if (!gpu) spent_ms += ms[f].back();
     }
   std::vector<Timing> out;
   for (auto& m : ms) out.push_back(summarize(std::move(m)));
