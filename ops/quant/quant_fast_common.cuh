@@ -64,6 +64,24 @@ __device__ __forceinline__ void unpack8(const uint4& r, DType dt, float* v) {
   }
 }
 
+// A 128x128 tile of 16-bit x parked in shared memory by 256 threads (the FP8 tile kernel, NVFP4's column-wise
+// kernel): chunk c = i * 256 + tid (i < 8) is tile row c / 16, columns (c % 16) * 8 .. + 8, one 16-byte load.
+constexpr int kTile = 128, kTileThreads = 256, kTilePitch = kTile + 8;  // smem row pitch in 16-bit elements
+__device__ __forceinline__ void tile_chunk(int i, int tid, int& rr, int& cc) {
+  const int c = i * kTileThreads + tid;
+  rr = c / 16;
+  cc = (c % 16) * 8;
+}
+// Chunk i of the tile at (m0, k0): zeros outside x.
+__device__ __forceinline__ uint4 load_tile_chunk(const QuantInput& x, int64_t m0, int64_t k0, int i, int tid) {
+  int rr, cc;
+  tile_chunk(i, tid, rr, cc);
+  const int64_t m = m0 + rr, k = k0 + cc;
+  return (m < x.M && k < x.K)
+             ? *reinterpret_cast<const uint4*>(static_cast<const char*>(x.data) + (m * x.stride_m + k) * 2)
+             : make_uint4(0, 0, 0, 0);
+}
+
 // The per-tensor factor of a copy (every block uses it), or 0 for block formats.
 __device__ __forceinline__ BlockScale tensor_scale(const QuantParams& p, DType in, const float* amax) {
   return block_scale(p, in, amax ? *amax : 0.f, 1.f);

@@ -1,12 +1,14 @@
 // Fast paths of quantize_cuda for the formats the FP8 recipes run on every step: per-tensor fp8, FP8 block 1D
-// (1x128 / 128x1) and MXFP8 (1x32 / 32x1), from rows that allow 16-byte loads. The per-block and per-element math
+// (1x128 / 128x1), FP8 block 2D (128x128: the weights, re-quantized after every optimizer step) and MXFP8
+// (1x32 / 32x1), from rows that allow 16-byte loads. The per-block and per-element math
 // is quant_block.h's (scale, factor, stored scale), so CPU ≡ CUDA bit for bit still holds; only data movement
 // differs from the generic tile kernel in quantize.cu:
 //   row-wise only  — quantize_rowwise.cu: a lane owns 32 consecutive elements of a row, no shared memory.
 //   column-wise    — here: a CTA owns a 128x128 tile (16-bit input, optionally through a fused activation): the
-//                    tile is parked in shared memory in the input dtype (34 KB), the row-wise copy comes from there,
+//   and 2D           tile is parked in shared memory in the input dtype (34 KB), the row-wise copy comes from there,
 //                    8 elements per lane, then each thread walks 32 rows of two columns for the column-wise copy
-//                    (the four quarters of a 128-row block meet in shared memory).
+//                    (the four quarters of a 128-row block meet in shared memory). A 2D tile is one block: its
+//                    amax is folded while the tile is parked, and both copies use its one scale.
 // fp8 codes come from the hardware cvt.rn.satfinite pair conversion (same rounding and saturation as
 // e4m3_from_f32/e5m2_from_f32; NaN inputs take the software code, so NaN bits match too).
 #include <cuda_runtime.h>
@@ -25,8 +27,6 @@ namespace {
 
 using namespace quant_fast;
 
-constexpr int kTile = 128, kThreads = 256, kPitch = kTile + 8;  // smem row pitch in 16-bit elements (272 bytes)
-
 // Row-wise codes and scale for one lane's 8 elements at (m, k) of row-wise block size B (G = B/8 lanes share a
 // block; every lane of the warp must call this, `in` false for lanes outside x).
 template <int B>
@@ -39,8 +39,8 @@ __device__ __forceinline__ void rowwise8(const QuantParams& p, const QuantOutput
   for (int j = 0; j < 8; ++j) a = amax_fold(a, v[j]);
   for (int off = 1; off < G; off <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   if (!in) return;
-  BlockScale bs = pt;
-  if (p.format != QuantFormat::fp8_per_tensor) {
+  BlockScale bs = pt;  // per-tensor, or the 2D tile's scale (stored once per tile by the caller)
+  if (p.format != QuantFormat::fp8_per_tensor && p.format != QuantFormat::fp8_block_2d) {
     bs = block_scale(p, in_dtype, a, 1.f);
     if ((threadIdx.x & (G - 1)) == 0) store_block_scale(p, row.scale_inv, scale_offset(row.layout, m, k / B), bs);
   }
@@ -67,48 +67,65 @@ __device__ __forceinline__ void store_code_run(uint8_t* dst, const uint32_t (&q)
 // constant the per-element code is a few instructions (run-time switches inlined per element made this kernel
 // 440 KB of straight-line code, and its warps waited on instruction fetch: 8% of copy bandwidth).
 template <QuantFormat F, bool kBf16, QuantPreAct Act>
-__global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantParams p_in, QuantOutputs out) {
+__global__ void __launch_bounds__(kTileThreads, 3) tile_kernel(QuantInput x, QuantParams p_in, QuantOutputs out) {
   constexpr int B = F == QuantFormat::mxfp8 ? 32 : kTile;
   constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
   constexpr bool per_tensor = F == QuantFormat::fp8_per_tensor;
+  constexpr bool two_d = F == QuantFormat::fp8_block_2d;
   QuantParams p = p_in;
   p.format = F;  // block_scale folds to this format's case
-  __shared__ __align__(16) uint16_t s[kTile * kPitch];
+  __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
   __shared__ float part_amax[4][kTile];
   store_tensor_scales(p, out, kIn);
   // M tiles run fastest: CTAs resident together write whole rows of xᵀ (long runs) instead of 128-byte pieces of
   // every row at a power-of-two stride.
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int tid = threadIdx.x;
-  const BlockScale row_pt = per_tensor ? tensor_scale(p, kIn, out.row_amax) : BlockScale{0.f, 0.f, 0};
-  const char* base = static_cast<const char*>(x.data);
-  // 1. Load: chunk c = i*256 + tid is row c/16, columns (c%16)*8 .. +8 (16 lanes per 128 columns of a row).
+  BlockScale row_pt = per_tensor ? tensor_scale(p, kIn, out.row_amax) : BlockScale{0.f, 0.f, 0};
+  // 1. Load (tile_chunk: 16 lanes per 128 columns of a row).
   uint4 raw[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int c = i * kThreads + tid, rr = c / 16, cc = (c % 16) * 8;
-    const int64_t m = m0 + rr, k = k0 + cc;
-    raw[i] = (m < x.M && k < x.K) ? *reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2)
-                                  : make_uint4(0, 0, 0, 0);
-  }
+  for (int i = 0; i < 8; ++i) raw[i] = load_tile_chunk(x, m0, k0, i, tid);
+  float tile_a = 0.f;  // 2D: this thread's share of the tile amax (zeros outside x change no maximum)
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int c = i * kThreads + tid, rr = c / 16, cc = (c % 16) * 8;
+    int rr, cc;
+    tile_chunk(i, tid, rr, cc);
     if constexpr (Act != QuantPreAct::none) raw[i] = act_round_word<Act, kIn>(raw[i]);  // zeros stay zeros
-    *reinterpret_cast<uint4*>(&s[rr * kPitch + cc]) = raw[i];
+    *reinterpret_cast<uint4*>(&s[rr * kTilePitch + cc]) = raw[i];
+    if constexpr (two_d) {
+      float v[8];
+      unpack8(raw[i], kIn, v);
+      for (int j = 0; j < 8; ++j) tile_a = amax_fold(tile_a, v[j]);
+    }
+  }
+  if constexpr (two_d) {
+    for (int off = 16; off > 0; off >>= 1) tile_a = fmaxf(tile_a, __shfl_xor_sync(0xFFFFFFFFu, tile_a, off));
+    if ((tid & 31) == 0) part_amax[0][tid / 32] = tile_a;
   }
   __syncthreads();
+  if constexpr (two_d) {
+    float a = part_amax[0][0];
+    for (int w = 1; w < kTileThreads / 32; ++w) a = fmaxf(a, part_amax[0][w]);
+    row_pt = block_scale(p, kIn, a, 1.f);
+    if (tid == 0) {  // one scale per tile, shared by the two copies (A = xᵀ indexes the column-wise one)
+      if (p.rowwise) store_block_scale(p, out.row.scale_inv, scale_offset(out.row.layout, m0, k0 / kTile), row_pt);
+      if (p.columnwise) store_block_scale(p, out.col.scale_inv, scale_offset(out.col.layout, k0, m0 / kTile), row_pt);
+    }
+  }
   // 2. Row-wise, from shared memory (re-reading it frees raw's 32 registers: 3 CTAs per SM instead of 2).
   if (p.rowwise) {
 #pragma unroll 2
     for (int i = 0; i < 8; ++i) {
-      const int c = i * kThreads + tid, rr = c / 16, cc = (c % 16) * 8;
+      int rr, cc;
+      tile_chunk(i, tid, rr, cc);
       const int64_t m = m0 + rr, k = k0 + cc;
       float v[8];
-      unpack8(*reinterpret_cast<const uint4*>(&s[rr * kPitch + cc]), kIn, v);
+      unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cc]), kIn, v);
       rowwise8<B>(p, out, kIn, row_pt, m, k, x.K, m < x.M && k < x.K, v);
     }
   }
+  if (!p.columnwise) return;  // 2D row-wise only
   // 3. Column-wise: thread = (column pair cp, quarter qr of the 128 rows): columns 2cp and 2cp+1 of rows
   //    qr*32 .. +32, read as one 32-bit word per row (a warp reads 32 consecutive words: no bank conflict). The
   //    words stay packed (32 registers, not 64 floats) and are converted again for the cast: fewer registers,
@@ -119,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
   float a0 = 0.f, a1 = 0.f;
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
-    w[j] = *reinterpret_cast<const uint32_t*>(&s[(qr * 32 + j) * kPitch + c0]);
+    w[j] = *reinterpret_cast<const uint32_t*>(&s[(qr * 32 + j) * kTilePitch + c0]);
     a0 = amax_fold(a0, half_bits_to_f32<kBf16>(w[j] & 0xFFFFu));
     a1 = amax_fold(a1, half_bits_to_f32<kBf16>(w[j] >> 16));
   }
@@ -131,6 +148,9 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
     const BlockScale bs = tensor_scale(p, kIn, out.col_amax ? out.col_amax : out.row_amax);
     f0 = f1 = bs.factor;
     d0 = d1 = bs.scale_inv;
+  } else if constexpr (two_d) {
+    f0 = f1 = row_pt.factor;
+    d0 = d1 = decoded_block_scale(p, row_pt);
   } else {
     if constexpr (B == kTile) {  // the four quarters of a column meet in shared memory
       part_amax[qr][c0] = a0;
@@ -191,19 +211,29 @@ __global__ void __launch_bounds__(kThreads, 3) tile_kernel(QuantInput x, QuantPa
 
 }  // namespace
 
-bool fast_rowwise_eligible(const QuantInput& x, const QuantParams& p) {
-  const bool format_ok = p.format == QuantFormat::fp8_per_tensor || p.format == QuantFormat::fp8_block_1d ||
-                         p.format == QuantFormat::mxfp8;
+namespace {
+// Rows the fast kernels read with 16-byte loads (f32, bf16 or f16).
+bool vector_rows(const QuantInput& x) {
   const bool sixteen = x.dtype == DType::bf16 || x.dtype == DType::f16;
-  if (!format_ok || (!sixteen && x.dtype != DType::f32)) return false;
+  if (!sixteen && x.dtype != DType::f32) return false;
   const int vec = sixteen ? 8 : 4;  // elements per 16 bytes
   return x.stride_k == 1 && x.K % 8 == 0 && x.stride_m % vec == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 &&
          x.M > 0 && x.K > 0;
 }
+}  // namespace
+
+bool fast_rowwise_eligible(const QuantInput& x, const QuantParams& p) {
+  const bool format_ok = p.format == QuantFormat::fp8_per_tensor || p.format == QuantFormat::fp8_block_1d ||
+                         p.format == QuantFormat::mxfp8;
+  return format_ok && vector_rows(x);
+}
 
 bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
   const bool fused = p.pre_act != QuantPreAct::none;
-  const bool ok = fast_rowwise_eligible(x, p) && (!p.rowwise || (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0);
+  // FP8 block 2D (the weights' format, never fused) has the tile kernel only: its copies share the tile's scale.
+  const bool two_d = p.format == QuantFormat::fp8_block_2d;
+  const bool ok = (fast_rowwise_eligible(x, p) || (two_d && !fused && vector_rows(x))) &&
+                  (!p.rowwise || (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0);
   TE_CHECK(!fused || p.format != QuantFormat::fp8_per_tensor, "fused activation → quantize needs a block format");
   TE_CHECK(ok || !fused, "fused activation → quantize asked for an input without a fast path: " << x.M << "x" << x.K);
   TE_CHECK(!out.act_out || (fused && !p.columnwise && x.stride_m == x.K),
@@ -211,7 +241,7 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   if (!ok) return false;
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
   const bool mx = p.format == QuantFormat::mxfp8;
-  if (!p.columnwise) {
+  if (!p.columnwise && !two_d) {
     quantize_rowwise_cuda(x, p, out, stream);
     return true;
   }
@@ -226,8 +256,8 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   auto launch_act = [&](auto f, auto act) {
     constexpr QuantFormat F = decltype(f)::value;
     constexpr QuantPreAct A = decltype(act)::value;
-    if (bf) tile_kernel<F, true, A><<<grid, kThreads, 0, st>>>(x, p, out);
-    else tile_kernel<F, false, A><<<grid, kThreads, 0, st>>>(x, p, out);
+    if (bf) tile_kernel<F, true, A><<<grid, kTileThreads, 0, st>>>(x, p, out);
+    else tile_kernel<F, false, A><<<grid, kTileThreads, 0, st>>>(x, p, out);
   };
   auto launch = [&](auto f) {
     using None = std::integral_constant<QuantPreAct, QuantPreAct::none>;
@@ -246,9 +276,11 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   using PerTensor = std::integral_constant<QuantFormat, QuantFormat::fp8_per_tensor>;
   using Block1d = std::integral_constant<QuantFormat, QuantFormat::fp8_block_1d>;
   using Mx = std::integral_constant<QuantFormat, QuantFormat::mxfp8>;
+  using Block2d = std::integral_constant<QuantFormat, QuantFormat::fp8_block_2d>;
   switch (p.format) {
     case QuantFormat::fp8_per_tensor: launch(PerTensor{}); break;
     case QuantFormat::fp8_block_1d: launch(Block1d{}); break;
+    case QuantFormat::fp8_block_2d: launch_act(Block2d{}, std::integral_constant<QuantPreAct, QuantPreAct::none>{}); break;
     default: launch(Mx{}); break;
   }
   TE_CUDA_CHECK_LAUNCH();

@@ -1,8 +1,11 @@
-// Row-wise NVFP4 1D fast path: a lane owns one 1x16 block (two 16-byte loads of 16-bit input), so the block amax,
-// its E4M3 scale and the 16 codes need no shuffles and the codes leave as one 8-byte store. The per-block and
-// per-element math is quant_block.h's (block_scale, nvfp4_element's steps), so the bytes equal the CPU reference's;
-// stochastic rounding draws one Philox block per 4 elements, the same words sr_uniform gives each element. The
-// generic tile kernel in quantize.cu writes the column-wise copy (with its Hadamard transform) where one is asked.
+// NVFP4 1D fast paths of quantize_cuda, the per-block and per-element math quant_block.h's (block_scale,
+// nvfp4_element's steps, rht16_forward), so the bytes equal the CPU reference's:
+//   row-wise    — a lane owns one 1x16 block (two 16-byte loads of 16-bit input), so the block amax, its E4M3 scale
+//                 and the 16 codes need no shuffles and the codes leave as one 8-byte store; stochastic rounding draws
+//                 one Philox block per 4 elements, the same words sr_uniform gives each element.
+//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes two
+//                 features and 32 tokens, i.e. two 16-token blocks of each feature, applies the Hadamard transform
+//                 to each full block, and writes its 16 codes as one 8-byte store.
 #include <cuda_runtime.h>
 
 #include "engine/cuda_check.h"
@@ -40,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
 #pragma unroll
     for (int j = 0; j < kBlock; j += 4) {
       Philox4 r{};
-      if (p.sr) r = philox4x32(p.seed, (index + j) >> 2, 2u);
+      if (p.sr) r = sr_block(p.seed, index + j, 0u);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const float y = v[j + t] * bs.factor;
@@ -71,7 +74,116 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
   }
 }
 
+// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x.
+template <bool kBf16>
+__global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
+  constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
+  __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    int rr, cc;
+    tile_chunk(i, tid, rr, cc);
+    *reinterpret_cast<uint4*>(&s[rr * kTilePitch + cc]) = load_tile_chunk(x, m0, k0, i, tid);
+  }
+  __syncthreads();
+  const QuantCopyOut& col = out.col;
+  const CopyLayout& L = col.layout;
+  const float s_enc = nvfp4_global_encode_scale(out.col_amax ? *out.col_amax : 0.f);
+  const float s_dec_image = image_s_dec(out.image, s_enc);
+  const int cp = tid % 64, qr = tid / 64;
+  for (int g = 0; g < 2; ++g) {
+    const int r0 = qr * 32 + g * 16;  // first token of this block within the tile
+    const int64_t mg = m0 + r0;
+    if (mg >= x.M) break;
+    const int cnt = static_cast<int>(x.M - mg < 16 ? x.M - mg : 16);
+    uint8_t q[2][16];
+    float img[2][16];
+    for (int h = 0; h < 2; ++h) {
+      const int cc = 2 * cp + h;
+      const int64_t k = k0 + cc;
+      float v[16], y[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[j] = half_bits_to_f32<kBf16>(s[(r0 + j) * kTilePitch + cc]);
+      if (p.rht && cnt == 16) {
+        rht16_forward(v, y);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) y[j] = v[j];
+      }
+      float a = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
+      const BlockScale bs = block_scale(p, kIn, a, s_enc);
+      if (k < x.K) store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
+      const int64_t index = k * L.C + mg;  // the SR counter of the first element
+      const bool quads = (index & 3) == 0;  // then 4 consecutive elements share one Philox block
+#pragma unroll
+      for (int j = 0; j < 16; j += 4) {
+        Philox4 rnd{};
+        if (p.sr && quads) rnd = sr_block(p.seed, index + j, 1u);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const float yv = y[j + t] * bs.factor;
+          uint8_t code = 0;
+          if (j + t < cnt) {
+            if (!p.sr) code = e2m1_from_f32(yv);
+            else code = e2m1_from_f32_sr(yv, quads ? uniform_from_bits(rnd.v[t]) : sr_uniform(p.seed, index + j + t, 1u));
+          }
+          q[h][j + t] = code;
+        }
+      }
+      if (out.col_image) {
+        const float decoded = decoded_block_scale(p, bs);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) img[h][j] = image_value(p, q[h][j], decoded, s_dec_image);
+      }
+      if (k >= x.K) continue;
+      // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
+      uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
+      if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int j = 0; j < 16; ++j) w[j / 8] |= static_cast<uint32_t>(q[h][j]) << (4 * (j % 8));
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+      } else {
+        for (int j = 0; j < cnt; j += 2) dst[j / 2] = static_cast<uint8_t>(q[h][j] | (q[h][j + 1] << 4));
+      }
+    }
+    if (!out.col_image) continue;
+    const int64_t k = k0 + 2 * cp;  // K % 8 == 0: column k + 1 is inside x with column k
+    if (k >= x.K) continue;
+    for (int j = 0; j < cnt; ++j) {  // the image in x's [M, K] order: columns k, k + 1 of token mg + j
+      const int64_t i = (mg + j) * x.K + k;
+      if (out.image.dtype == DType::bf16) {
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + i) = bf16x2_bits(img[0][j], img[1][j]);
+      } else {
+        store_f32(out.col_image, out.image.dtype, i, img[0][j]);
+        store_f32(out.col_image, out.image.dtype, i + 1, img[1][j]);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
+                                    const Stream& stream) {
+  const bool eligible = p.format == QuantFormat::nvfp4_1d && p.columnwise && !p.rowwise &&
+                        p.pre_act == QuantPreAct::none && (x.dtype == DType::bf16 || x.dtype == DType::f16) &&
+                        x.stride_k == 1 && x.K % 8 == 0 && x.stride_m % 8 == 0 &&
+                        (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 &&
+                        quant_ceil_div(x.K, kTile) <= 65535 && !out.col.layout.store_transposed &&
+                        (reinterpret_cast<uintptr_t>(out.col_image) & 3) == 0;
+  if (!eligible) return false;
+  const dim3 grid(static_cast<unsigned>(quant_ceil_div(x.M, kTile)), static_cast<unsigned>(quant_ceil_div(x.K, kTile)));
+  cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
+  if (x.dtype == DType::bf16) nvfp4_columnwise_kernel<true><<<grid, kTileThreads, 0, st>>>(x, p, out);
+  else nvfp4_columnwise_kernel<false><<<grid, kTileThreads, 0, st>>>(x, p, out);
+  TE_CUDA_CHECK_LAUNCH();
+  return true;
+}
 
 bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                  const Stream& stream) {

@@ -1,5 +1,4 @@
-// The row-wise NVFP4 1D fast quantize kernel (quantize_nvfp4.cu); quantize_cuda tries it before the generic tile
-// kernel, which then writes only the column-wise copy where one is asked for.
+// The NVFP4 1D fast quantize kernels (quantize_nvfp4.cu); quantize_cuda tries them before the generic tile kernel.
 #pragma once
 #include "ops/quant/quant_kernels.h"
 
@@ -9,5 +8,11 @@ namespace te {
 // of 16 (whole blocks) and the amax already computed; returns false (nothing launched) otherwise.
 bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                  const Stream& stream);
+
+// Launches and returns true for NVFP4 1D asked for the column-wise copy alone (the row-wise one, if any, already
+// written), from 16-bit rows that allow 16-byte loads, K a multiple of 8, the column-wise amax already computed;
+// returns false (nothing launched) otherwise.
+bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
+                                    const Stream& stream);
 
 }  // namespace te

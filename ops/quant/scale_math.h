@@ -82,11 +82,15 @@ TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
   const float q = u < p ? lo + gap : lo;
   return static_cast<uint8_t>(sign | e2m1_from_f32(q));
 }
-// The uniform for SR of element `index` of copy `copy` (0 row-wise, 1 column-wise): one Philox word per element,
-// counter = element index, so any thread layout and the CPU produce the same numbers.
+// The Philox block of element `index` of copy `copy` (0 row-wise, 1 column-wise): elements 4i .. 4i+3 share it,
+// word index & 3 each (kernels that own 4 aligned elements draw it once).
+TE_HD Philox4 sr_block(uint64_t seed, uint64_t index, uint32_t copy) {
+  return philox4x32(seed, index >> 2, 2u + copy);
+}
+// The uniform for SR of element `index` of copy `copy`: one Philox word per element, counter = element index, so any
+// thread layout and the CPU produce the same numbers.
 TE_HD float sr_uniform(uint64_t seed, uint64_t index, uint32_t copy) {
-  Philox4 r = philox4x32(seed, index >> 2, 2u + copy);
-  return uniform_from_bits(r.v[index & 3]);
+  return uniform_from_bits(sr_block(seed, index, copy).v[index & 3]);
 }
 
 // ---- Random Hadamard transform (NVFP4 column-wise copy) ---------------------------------------------------

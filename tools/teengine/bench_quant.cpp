@@ -17,7 +17,7 @@ namespace {
 struct QuantOpts {
   std::string format = "fp8_block_1d", usages = "both", shape = "8192x4096", dtype = "bf16", data = "e4m3";
   std::string device = "auto";
-  bool rht = false, sr = false, no_pow2 = false, json = false;
+  bool rht = false, sr = false, no_pow2 = false, images = false, json = false;
 };
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
@@ -57,22 +57,29 @@ int run_quant(const QuantOpts& o) {
   Tensor x = Tensor::empty({m, k}, *dt, dev, stream);  // [M, K]
   x.fill_normal(7, 0.f, 3.f, stream);
 
-  // Validate: the device result equals the CPU reference byte for byte (data, scales, amax).
-  const QuantizedTensor got = q.quantize(x, usages, stream);
+  // --images: each copy's exact bf16 image written beside it, as an emulated GEMM on Hopper reads it.
+  const std::optional<ImageSpec> images = o.images ? std::optional<ImageSpec>(ImageSpec{DType::bf16, false}) : std::nullopt;
+  // Validate: the device result equals the CPU reference byte for byte (data, scales, amax, images).
+  const QuantizedTensor got = q.quantize(x, usages, stream, {}, images);
   stream.synchronize();
   bool ok = true;
   if (dev.is_cuda()) {
-    const QuantizedTensor ref = q.quantize(x.to(Device::cpu(), stream), usages);
+    const QuantizedTensor ref = q.quantize(x.to(Device::cpu(), stream), usages, Stream(), {}, images);
     ok = same_bytes(got.rowwise_data, ref.rowwise_data) && same_bytes(got.rowwise_scale_inv, ref.rowwise_scale_inv) &&
          same_bytes(got.columnwise_data, ref.columnwise_data) &&
          same_bytes(got.columnwise_scale_inv, ref.columnwise_scale_inv) &&
-         same_bytes(got.rowwise_amax, ref.rowwise_amax) && same_bytes(got.columnwise_amax, ref.columnwise_amax);
+         same_bytes(got.rowwise_amax, ref.rowwise_amax) && same_bytes(got.columnwise_amax, ref.columnwise_amax) &&
+         same_bytes(got.rowwise_image, ref.rowwise_image) && same_bytes(got.columnwise_image, ref.columnwise_image);
   }
 
   // 20 calls per timed sample: the host enqueues ahead of the GPU, as in a model step.
-  const bench::Timing t = bench::time_per_op([&] { q.quantize(x, usages, stream); }, stream, 20);
+  const bench::Timing t = bench::time_per_op([&] { q.quantize(x, usages, stream, {}, images); }, stream, 20);
   const double copy = bench::copy_bandwidth_gbs(stream);
-  const double bytes = static_cast<double>(x.nbytes() + got.nbytes());  // read x once, write every copy
+  int64_t image_bytes = 0;
+  for (const Tensor* i : {&got.rowwise_image, &got.columnwise_image})
+    if (i->defined()) image_bytes += i->nbytes();
+  // Read x once, write every copy (and its image).
+  const double bytes = static_cast<double>(x.nbytes() + got.nbytes() + image_bytes);
   const double gbs = bytes / (t.median_ms * 1e-3) / 1e9;
   nlohmann::json r = {{"bench", "quant"},
                       {"format", std::string(quant_format_name(*fmt))},
@@ -82,6 +89,7 @@ int run_quant(const QuantOpts& o) {
                       {"data_dtype", std::string(dtype_name(q.config().data_dtype))},
                       {"rht", o.rht},
                       {"stochastic_rounding", o.sr},
+                      {"images", o.images},
                       {"device", dev.str()},
                       {"validated", ok},
                       {"validation", dev.is_cuda() ? "bit-exact vs CPU reference, whole tensor" : "CPU reference itself"},
@@ -110,6 +118,7 @@ Command add_bench_quant(CLI::App& app) {
   sub->add_flag("--rht", o->rht, "NVFP4 1D: random Hadamard transform on the column-wise copy");
   sub->add_flag("--sr", o->sr, "NVFP4: stochastic rounding");
   sub->add_flag("--no-pow2", o->no_pow2, "block formats: exact (not power-of-two) scales");
+  sub->add_flag("--images", o->images, "also write each copy's bf16 GEMM image (Hopper's emulated MXFP8/NVFP4 GEMMs)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   return {sub, [o] { return run_quant(*o); }};
 }
