@@ -18,7 +18,6 @@
 #include "engine/printable.h"
 #include "models/checkpoint.h"
 #include "models/engine_state.h"
-#include "models/forward_replay.h"
 #include "models/lr_schedule.h"
 #include "models/memory_estimate.h"
 #include "models/model_graph.h"
@@ -188,23 +187,18 @@ te::Tensor Engine::Impl::replay_forward(const te::Tensor& x) {
       replays.erase(std::min_element(replays.begin(), replays.end(), [](const auto& a, const auto& b) {
         return a.second.last_use < b.second.last_use;
       }));
-    ReplayBucket& b = replays[tokens];
-    try {
-      b.input = te::Tensor::empty(x.shape(), x.dtype(), ctx.device, ctx.stream);
-      b.input.copy_from(x, ctx.stream);
-      b.graph = std::make_unique<te::ModelGraph>(*group->models[0], tokens, forward_options());
-      b.replay = std::make_unique<te::ForwardReplay>(*group->models[0], b.input,
-                                                     [g = b.graph.get(), in = b.input] { return g->forward(in); });
-    } catch (...) {
-      replays.erase(tokens);  // no half-made capture stays behind
-      throw;
-    }
-    it = replays.find(tokens);
-  } else {
-    it->second.input.copy_from(x, ctx.stream);
+    te::ModelGraphOptions options = forward_options();
+    options.cuda_graph = true;
+    it = replays.emplace(tokens, ReplayBucket{std::make_unique<te::ModelGraph>(*group->models[0], tokens, options)})
+             .first;
   }
   it->second.last_use = ++replay_clock;
-  return it->second.replay->replay().clone(ctx.stream);
+  try {
+    return it->second.graph->forward(x).clone(ctx.stream);  // the first forward of a token count captures it
+  } catch (...) {
+    replays.erase(it);  // no half-made capture stays behind
+    throw;
+  }
 }
 
 void Engine::Impl::check_train(const StagedTensor::Impl& x, const StagedTensor::Impl& t, const char* what) const {

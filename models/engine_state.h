@@ -17,7 +17,6 @@
 #include "engine/pinned_host.h"
 #include "engine/stream.h"
 #include "models/engine_impl.h"
-#include "models/forward_replay.h"
 #include "models/model_graph.h"
 #include "models/rank_group.h"
 #include "models/request_batcher.h"
@@ -65,9 +64,7 @@ struct Engine::Impl {
   // run.cuda_graph: per token count, the graph forward captured once and replayed (GPU, tp 1). At most
   // kReplayBuckets token counts keep a capture (each holds its buffers); the least recently used goes first.
   struct ReplayBucket {
-    te::Tensor input;  // [tokens, hidden]: the captured forward reads it in place
-    std::unique_ptr<te::ModelGraph> graph;
-    std::unique_ptr<te::ForwardReplay> replay;  // declared last: destroyed first
+    std::unique_ptr<te::ModelGraph> graph;  // built with cuda_graph
     uint64_t last_use = 0;
   };
   static constexpr size_t kReplayBuckets = 8;

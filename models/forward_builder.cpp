@@ -19,7 +19,7 @@ ExecOptions model_exec_options(RankContext& ctx, ModelBinding& binding) {
   ExecOptions eo;
   eo.mode = ctx.device.is_cuda() ? ExecMode::cuda : ExecMode::inline_cpu;
   // Collectives and quantizers allocate their outputs (and a training step's loss reaches the host): capture would
-  // need a private pool (see models/forward_replay.h).
+  // need a private pool (ModelGraphOptions::cuda_graph keeps one).
   eo.cuda_graph = false;
   if (ctx.device.is_cuda()) eo.compute_stream = ctx.stream;  // inputs are written there; results are read there
   eo.env.rank = ctx.rank();

@@ -1,18 +1,49 @@
 #include "models/model_graph.h"
 
+#include "engine/allocator.h"
+#include "engine/cuda_graph.h"
 #include "engine/error.h"
 #include "models/forward_builder.h"
 
 namespace te {
 
+struct ModelGraph::Replay {
+  explicit Replay(Device device) : pool(device) {}
+  Tensor input;          // what the capture reads; allocated outside the pool
+  CudaMemoryPool pool;   // declared before graph and output: destroyed after them
+  CudaGraph graph;
+  Tensor output;         // the capture's output buffer (in the pool)
+};
+
 ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions options)
     : RankGraph(model, local_tokens) {
-  TE_CHECK_HINT(!model.ctx().training,
-                "the model graph runs the inference forward, and this model keeps training state",
+  const RankContext& ctx = model.ctx();
+  TE_CHECK_HINT(!ctx.training, "the model graph runs the inference forward, and this model keeps training state",
                 "build it from a model with run.mode: infer; training steps run as models/train_graph.h");
+  if (options.cuda_graph) {  // checked before the pool is made (a CPU model must get this error, not the pool's)
+    TE_CHECK_HINT(ctx.device.is_cuda(), "CUDA graph replay on " << ctx.device.str(),
+                  "replay needs a CUDA device; run the forward without --cuda-graph on the CPU");
+    TE_CHECK_HINT(ctx.world() == 1, "CUDA graph replay with tp = " << ctx.world(),
+                  "the local communicator's rank threads cannot be captured; use tp: 1 or run.cuda_graph: false");
+    TE_CHECK_HINT(!options.profile, "CUDA graph replay with per-node profiling",
+                  "a captured forward has no node boundaries: profile without cuda_graph");
+  }
   build();
   start(model_value_held_by_binding, options.overlap,
         [&](ExecOptions& eo, const Plan&) { eo.profile = options.profile; });
+  if (options.cuda_graph) {
+    replay_ = std::make_unique<Replay>(ctx.device);
+    const ValueType t = input_type();
+    replay_->input = Tensor::empty(t.shape, t.dtype, ctx.device, ctx.stream);
+  }
+}
+
+ModelGraph::~ModelGraph() {
+  if (!replay_) return;
+  try {
+    model_.ctx().stream.synchronize();  // no replay in flight while its graph and buffers go
+  } catch (...) {  // a destructor must not throw; the error belongs to the caller's next synchronisation
+  }
 }
 
 void ModelGraph::build() {
@@ -24,6 +55,36 @@ void ModelGraph::build() {
 }
 
 Tensor ModelGraph::forward(const Tensor& x) {
+  if (!replay_) return run(x);
+  Replay& r = *replay_;
+  const Stream& st = model_.ctx().stream;
+  TE_CHECK_HINT(x.defined() && x.shape() == r.input.shape() && x.dtype() == r.input.dtype() &&
+                    x.device() == r.input.device(),
+                "replayed forward: input " << (x.defined() ? x.str() : std::string("undefined")) << ", captured for "
+                                           << r.input.str(),
+                "give an input of the captured shape and dtype on " << r.input.device().str());
+  if (x.data_ptr() != r.input.data_ptr()) r.input.copy_from(x, st);
+  if (!r.graph.captured()) {
+    (void)run(r.input);
+    PoolScope scope(r.pool);
+    // Twice: a layer's saved tensors are replaced only after their successors are allocated, so the pool reaches
+    // its steady state (every buffer the captured forward will ask for is free in it) on the second run.
+    (void)run(r.input);
+    (void)run(r.input);
+    r.graph.capture(st, [&] { r.output = run(r.input); }, "the model's forward");
+  }
+  r.graph.launch(st);
+  return r.output;
+}
+
+const Tensor& ModelGraph::replay_input() const {
+  TE_CHECK(replay_ != nullptr, "replay_input() of a model graph built without cuda_graph");
+  return replay_->input;
+}
+
+int64_t ModelGraph::replay_pool_bytes() const { return replay_ ? replay_->pool.reserved_bytes() : 0; }
+
+Tensor ModelGraph::run(const Tensor& x) {
   exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());  // names the value and the fix on a shape mismatch
   for (const auto& [v, q] : held_params_) binding_.held[static_cast<size_t>(v)] = q;
   exec_->run();

@@ -35,6 +35,18 @@ void RankGraph::start(std::function<bool(const Graph&, const Value&)> held, bool
   for (const auto& [v, t] : params_) exec_->bind(v, t);
 }
 
+std::vector<NodeTime> RankGraph::node_times() const {
+  const Plan& plan = exec_->plan();
+  const std::vector<double> ms = exec_->step_ms();
+  std::vector<NodeTime> out;
+  out.reserve(ms.size());
+  for (size_t s = 0; s < ms.size(); ++s) {
+    const Node& n = graph_.node(plan.steps[s].node);
+    out.push_back({graph_.node_label(n.id), std::string(n.op->name), plan.steps[s].stream, n.is_backward, ms[s]});
+  }
+  return out;
+}
+
 std::string RankGraph::explain() const { return te::explain(graph_, exec_->plan()); }
 
 }  // namespace te

@@ -16,6 +16,15 @@
 
 namespace te {
 
+// One node's time in the last run of a graph built with profiling on.
+struct NodeTime {
+  std::string node;    // "node 12 'mlp.fc1' (column_gemm)"
+  std::string op;      // the op kind ("column_gemm")
+  StreamClass stream;  // where the plan ran it
+  bool backward;       // appended by autograd
+  double ms;
+};
+
 class RankGraph {
  public:
   RankGraph(const RankGraph&) = delete;  // the executor's binding points into this object
@@ -26,6 +35,9 @@ class RankGraph {
   const Graph& graph() const { return graph_; }
   const Plan& plan() const { return exec_->plan(); }
   const Executor& executor() const { return *exec_; }
+  // Each plan step's node and its time in the last run, in plan order (the graph must have been built with
+  // profiling on; the times are read after the step's stream has finished).
+  std::vector<NodeTime> node_times() const;
 
  protected:
   // `model` must outlive this; `local_tokens` (> 0) rows of this rank's input.

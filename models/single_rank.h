@@ -1,6 +1,6 @@
 // One rank of a model (tp = 1) built from a parsed spec on one device, with its own stream and GEMM context, parameters
 // initialised from the spec's seed: what a benchmark, a test, or a single-GPU embedder needs to call RankModel
-// (and ForwardReplay) directly, without the Engine's host-tensor interface.
+// (and its graphs) directly, without the Engine's host-tensor interface.
 #pragma once
 #include <memory>
 #include <vector>

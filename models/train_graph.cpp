@@ -15,6 +15,7 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
   binding_.model = &model;
   build(target_dtype);
   start(train_value_held_by_binding, options_.overlap, [this](ExecOptions& eo, const Plan& plan) {
+    eo.profile = options_.profile;
     // Each held value goes back to the allocator once its last reader has run (models/held_values.h), so the step
     // holds what the layer-by-layer order would, and no more than --explain counts.
     HeldValues held = plan_held_values(graph_, plan, binding_);

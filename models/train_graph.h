@@ -29,7 +29,8 @@ struct TrainGraphOptions {
     forward,   // the training forward's output only (Engine::forward on a training engine)
   };
   Kind kind = Kind::step;
-  bool overlap = true;  // false: every node in order on the compute stream (run.executor: eager)
+  bool overlap = true;   // false: every node in order on the compute stream (run.executor: eager)
+  bool profile = false;  // time every node (Executor step_ms; RankGraph::node_times)
 };
 
 class TrainGraph : public RankGraph {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_test.h"
@@ -167,6 +169,31 @@ TEST_F(RunCli, BenchSpReportsComputeCommAndGatherBytes) {
   EXPECT_GT(j["compute_ms"].get<double>(), 0);
   EXPECT_GT(j["comm_ms"].get<double>(), 0);
   EXPECT_EQ(run("bench sp --device cpu --world 4 --tokens 255").code, 2);  // not divisible: named, exit 2
+}
+
+// bench block --profile on the CPU: the training step's nodes by op kind (forward and backward apart) and the slowest
+// nodes, beside the validated timing.
+TEST_F(RunCli, BenchBlockProfileReportsNodesByOpKind) {
+  Result r = run("bench block --device cpu --tokens 64 --hidden 128 --ffn 256 --recipe fp8_block --backward --optimizer "
+                 "--profile --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["validated"].get<bool>());
+  const nlohmann::json& p = j["profile"];
+  EXPECT_GT(p["compute_stream_ms"].get<double>(), 0);
+  std::set<std::pair<std::string, bool>> ops;
+  double sum = 0;
+  for (const auto& o : p["by_op"]) {
+    ops.insert({o["op"].get<std::string>(), o["backward"].get<bool>()});
+    EXPECT_GE(o["count"].get<int>(), 1);
+    sum += o["ms"].get<double>();
+  }
+  for (const auto& want : std::vector<std::pair<std::string, bool>>{
+           {"column_gemm", false}, {"row_gemm", false}, {"wgrad", true}, {"dgrad", true}, {"optimizer", false}})
+    EXPECT_TRUE(ops.count(want)) << want.first << (want.second ? " (backward)" : "") << "\n" << p.dump(1);
+  EXPECT_NEAR(sum, p["compute_stream_ms"].get<double>() + p["comm_stream_ms"].get<double>(), 1e-6);
+  ASSERT_FALSE(p["slowest"].empty());
+  EXPECT_NE(p["slowest"][0]["node"].get<std::string>().find("node "), std::string::npos);
 }
 
 }  // namespace

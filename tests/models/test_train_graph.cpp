@@ -251,5 +251,35 @@ TEST(TrainGraph, GradientAndEvalKinds) {
   }
 }
 
+// Profiling times every plan step (node names, op kinds, forward and backward) and changes no byte of the step.
+TEST(TrainGraph, ProfiledStepTimesEveryNodeAndChangesNothing) {
+  const TrainLayout l{1, false, 64};
+  TrainRanks plain(train_graph_model("fp8_block", l, "adamw")), timed(train_graph_model("fp8_block", l, "adamw"));
+  const Tensor x = train_graph_input(l.tokens, 61), t = train_graph_input(l.tokens, 62);
+  const float lp = plain.step(x, t, 1, TrainRanks::Run::graph);
+  TrainGraph g(*timed.models[0], l.tokens, t.dtype(), TrainGraphOptions{.profile = true});
+  const float lt = g.train_step(x, t, 1, 1e-2);
+  EXPECT_EQ(std::memcmp(&lp, &lt, sizeof lp), 0);
+  const auto masters = [](const RankParam& p) { return p.master; };
+  EXPECT_TRUE(rank_bytes(plain, masters) == rank_bytes(timed, masters));
+  const std::vector<NodeTime> times = g.node_times();
+  ASSERT_EQ(times.size(), g.plan().steps.size());
+  int backward = 0, gemms = 0;
+  double total = 0;
+  for (size_t s = 0; s < times.size(); ++s) {
+    EXPECT_EQ(times[s].node, g.graph().node_label(g.plan().steps[s].node));
+    EXPECT_GE(times[s].ms, 0.0) << times[s].node;
+    backward += times[s].backward;
+    gemms += times[s].op == "column_gemm" || times[s].op == "row_gemm";
+    total += times[s].ms;
+  }
+  EXPECT_GT(backward, 0);
+  EXPECT_EQ(gemms, 2 * 4);  // two layers, each qkv and fc1 column-parallel, proj and fc2 row-parallel
+  EXPECT_GT(total, 0.0);
+
+  TrainGraph unprofiled(*timed.models[0], l.tokens, t.dtype(), {});
+  EXPECT_THROW((void)unprofiled.node_times(), Error) << "a graph built without profiling has no times";
+}
+
 }  // namespace
 }  // namespace te

@@ -1,12 +1,14 @@
 // teengine bench block: a LayerNormMLP / LayerNormLinear / whole block on device-resident tensors (no host copies
 // in the timed region), validated against the CPU on a small shape of the same configuration, and compared with its
 // GEMM-only floor: the same GEMMs through te::gemm on pre-quantized operands, timed in the same run.
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include "engine/compare.h"
 #include "engine/error.h"
-#include "models/forward_replay.h"
 #include "models/model_graph.h"
 #include "models/single_rank.h"
 #include "models/train_graph.h"
@@ -20,7 +22,7 @@ struct BlockOpts {
   std::string module = "layernorm_mlp", recipe = "fp8_block", device = "auto", activation = "gelu", cuda_graph = "off",
               executor = "graph", images = "on";
   int64_t tokens = 8192, hidden = 4096, ffn = 16384;
-  bool backward = false, optimizer = false, json = false;
+  bool backward = false, optimizer = false, json = false, profile = false;
 };
 
 std::string block_yaml(const BlockOpts& o, int64_t tokens, int64_t hidden, int64_t ffn, bool train) {
@@ -42,6 +44,7 @@ std::string block_yaml(const BlockOpts& o, int64_t tokens, int64_t hidden, int64
 struct Bench : SingleRankModel {
   using SingleRankModel::SingleRankModel;
   Tensor x, target;
+  int64_t step = 0;  // the last optimizer step taken (every graph of the run continues the count)
 };
 
 std::unique_ptr<Bench> make(const std::string& yaml, Device device, bool train) {
@@ -95,6 +98,66 @@ double gemm_floor_ms(const Bench& b, const BlockOpts& o) {
   return bench::time_it([&] { for (auto& c : calls) c(); }, st, 3, 10).median_ms;
 }
 
+// The graph a run times: the training step (--backward; with --optimizer the update too) or the inference forward.
+struct TimedGraph {
+  std::unique_ptr<TrainGraph> train;
+  std::unique_ptr<ModelGraph> infer;
+
+  TimedGraph(Bench& b, const BlockOpts& o, bool profile, bool cuda_graph) {
+    const bool overlap = o.executor == "graph";
+    if (o.backward) {
+      const TrainGraphOptions to{o.optimizer ? TrainGraphOptions::Kind::step : TrainGraphOptions::Kind::gradient,
+                                 overlap, profile};
+      train = std::make_unique<TrainGraph>(*b.model, o.tokens, b.target.dtype(), to);
+    } else {
+      const ModelGraphOptions mo{.overlap = overlap, .profile = profile, .cuda_graph = cuda_graph};
+      infer = std::make_unique<ModelGraph>(*b.model, o.tokens, mo);
+    }
+  }
+  // One step on x (the training step's target is the bench's).
+  void run(Bench& b, const Tensor& x) {
+    if (train)
+      (void)train->train_step(x, b.target, ++b.step, b.model->spec().run.optimizer.lr);
+    else
+      (void)infer->forward(x);
+  }
+  const RankGraph& graph() const { return train ? static_cast<const RankGraph&>(*train) : *infer; }
+};
+
+// Where the step's time goes: the timed graph built again with every node timed (CUDA events around each node on
+// the GPU), run three times, the last run reported — per op kind (forward and backward apart) and the slowest nodes.
+// Node times on the comm stream overlap the compute stream's, so the per-stream sums, not their total, compare with
+// the step time.
+nlohmann::json profile_block(Bench& b, const BlockOpts& o) {
+  TimedGraph timed(b, o, true, false);
+  for (int i = 0; i < 3; ++i) timed.run(b, b.x);
+  b.ctx.stream.synchronize();
+  struct Sum {
+    double ms = 0;
+    int count = 0;
+  };
+  std::map<std::tuple<std::string, bool, StreamClass>, Sum> by_op;
+  double stream_ms[kNumStreamClasses] = {0, 0};
+  std::vector<NodeTime> nodes = timed.graph().node_times();
+  for (const NodeTime& t : nodes) {
+    Sum& s = by_op[{t.op, t.backward, t.stream}];
+    s.ms += t.ms;
+    ++s.count;
+    stream_ms[static_cast<int>(t.stream)] += t.ms;
+  }
+  nlohmann::json ops = nlohmann::json::array(), slowest = nlohmann::json::array();
+  std::vector<std::pair<double, nlohmann::json>> rows;
+  for (const auto& [key, s] : by_op)
+    rows.push_back({s.ms, {{"op", std::get<0>(key)}, {"backward", std::get<1>(key)},
+                           {"stream", stream_class_name(std::get<2>(key))}, {"count", s.count}, {"ms", s.ms}}});
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& c) { return a.first > c.first; });
+  for (auto& r : rows) ops.push_back(std::move(r.second));
+  std::sort(nodes.begin(), nodes.end(), [](const NodeTime& a, const NodeTime& c) { return a.ms > c.ms; });
+  for (size_t i = 0; i < nodes.size() && i < 25; ++i)
+    slowest.push_back({{"node", nodes[i].node}, {"stream", stream_class_name(nodes[i].stream)}, {"ms", nodes[i].ms}});
+  return {{"compute_stream_ms", stream_ms[0]}, {"comm_stream_ms", stream_ms[1]}, {"by_op", ops}, {"slowest", slowest}};
+}
+
 int run_block_bench(const BlockOpts& o) {
   const Device device = parse_device(o.device);
   // 1. Validate this exact configuration, scaled down, against the CPU.
@@ -110,32 +173,17 @@ int run_block_bench(const BlockOpts& o) {
   const bool graph = o.cuda_graph == "on";
   if (graph && o.backward)
     TE_INPUT_ERROR("--cuda-graph on with --backward", "CUDA graph replay covers the inference forward; drop one");
-  std::unique_ptr<ModelGraph> forward;
-  std::unique_ptr<TrainGraph> step_graph;
-  std::unique_ptr<ForwardReplay> replay;
+  Tensor x = b->x;        // what the timed step reads (a replay's own input buffer: no copy per step)
   double replay_err = 0;  // the replay against the executor's forward: 0 means the same bytes
-  if (o.backward) {
-    TrainGraphOptions to{o.optimizer ? TrainGraphOptions::Kind::step : TrainGraphOptions::Kind::gradient, fo.overlap};
-    step_graph = std::make_unique<TrainGraph>(*b->model, o.tokens, b->target.dtype(), to);
-  } else {
-    forward = std::make_unique<ModelGraph>(*b->model, o.tokens, fo);
-  }
+  std::vector<float> plain;  // --cuda-graph on: the executor's forward, made before the replay's graph
+  if (graph) plain = ModelGraph(*b->model, o.tokens, fo).forward(b->x).to_f32_vector(b->ctx.stream);
+  auto timed = std::make_unique<TimedGraph>(*b, o, false, graph);
   if (graph) {
-    const std::vector<float> plain = forward->forward(b->x).to_f32_vector(b->ctx.stream);
-    replay = std::make_unique<ForwardReplay>(*b->model, b->x, [&] { return forward->forward(b->x); });
-    replay_err = rel_l2(replay->replay().to_f32_vector(b->ctx.stream), plain);
+    x = timed->infer->replay_input();
+    x.copy_from(b->x, b->ctx.stream);
+    replay_err = rel_l2(timed->infer->forward(x).to_f32_vector(b->ctx.stream), plain);
   }
-  int64_t step = 0;
-  bench::Timing t = bench::time_it(
-      [&] {
-        if (step_graph)
-          (void)step_graph->train_step(b->x, b->target, ++step, b->model->spec().run.optimizer.lr);
-        else if (replay)
-          (void)replay->replay();
-        else
-          (void)forward->forward(b->x);
-      },
-      b->ctx.stream, 3, o.tokens >= 4096 ? 10 : 30);
+  bench::Timing t = bench::time_it([&] { timed->run(*b, x); }, b->ctx.stream, 3, o.tokens >= 4096 ? 10 : 30);
   const double floor = gemm_floor_ms(*b, o);
   const int64_t T = o.tokens, H = o.hidden, F = o.ffn, F1 = o.activation == "swiglu" ? 2 * F : F;
   double flops = 0;
@@ -162,6 +210,10 @@ int run_block_bench(const BlockOpts& o) {
                       {"tflops", flops / (t.median_ms * 1e-3) / 1e12},
                       {"gemm_floor_ms", floor},
                       {"ratio_to_gemm_floor", t.median_ms / floor}};
+  if (o.profile) {
+    timed.reset();
+    r["profile"] = profile_block(*b, o);
+  }
   bench::print_report(r, o.json);
   return valid ? 0 : 1;
 }
@@ -193,6 +245,7 @@ Command add_bench_block(CLI::App& app) {
                   "run.activation_images)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  sub->add_flag("--profile", o->profile, "also time every node of the graph (by op kind, and the slowest nodes)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   return {sub, [o] { return run_block_bench(*o); }};
 }

@@ -1,7 +1,7 @@
-// ForwardReplay: the inference forward replayed as one CUDA graph computes exactly the bytes of the layer-by-layer
-// reference (tests/models/eager_reference.h), reads its input
-// in place, and is refused (with the reason) where it cannot work: the CPU, training, tp > 1. Through the Engine
-// (run.cuda_graph) the same replay serves every token count.
+// ModelGraph with cuda_graph: the inference forward replayed as one CUDA graph computes exactly the bytes of the
+// layer-by-layer reference (tests/models/eager_reference.h), reads its own input buffer (or copies the caller's
+// input into it), and is refused (with the reason) where it cannot work: the CPU, training, tp > 1. Through the
+// Engine (run.cuda_graph) the same replay serves every token count.
 #include <gtest/gtest.h>
 #include <teengine/teengine.h>
 
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "models/forward_replay.h"
 #include "models/model_graph.h"
 #include "models/single_rank.h"
 #include "tests/common/gpu.h"
@@ -43,41 +42,50 @@ std::vector<uint16_t> bits(const Tensor& t, const Stream& s) {
   return {p, p + h.numel()};
 }
 
-class ForwardReplayGpu : public ::testing::TestWithParam<std::string> {};
+class ModelGraphReplayGpu : public ::testing::TestWithParam<std::string> {};
+
+ModelGraphOptions replayed(bool overlap) {
+  ModelGraphOptions o;
+  o.overlap = overlap;
+  o.cuda_graph = true;
+  return o;
+}
 
 // The one-stream plan (run.executor: eager) captured.
-TEST_P(ForwardReplayGpu, EqualsEagerAndReadsInputInPlace) {
+TEST_P(ModelGraphReplayGpu, EqualsEagerAndReadsItsInputBuffer) {
   TE_REQUIRE_GPU();
   ReplayModel m(GetParam(), Device::cuda(0));
-  Tensor x = m.input(1);
-  const std::vector<uint16_t> eager1 = bits(test::eager_forward(*m.model, x), m.ctx.stream);
-  ModelGraphOptions serial;
-  serial.overlap = false;
-  ModelGraph graph(*m.model, 64, serial);
-  ForwardReplay replay(*m.model, x, [&] { return graph.forward(x); });
-  EXPECT_EQ(bits(replay.replay(), m.ctx.stream), eager1);
-  EXPECT_GT(replay.pool_bytes(), 0);
-  // New tokens written into the same input tensor: the replay sees them.
-  x.copy_from(m.input(2), m.ctx.stream);
-  const std::vector<uint16_t> replayed2 = bits(replay.replay(), m.ctx.stream);
+  const Tensor x1 = m.input(1);
+  const std::vector<uint16_t> eager1 = bits(test::eager_forward(*m.model, x1), m.ctx.stream);
+  ModelGraph graph(*m.model, 64, replayed(false));
+  Tensor in = graph.replay_input();
+  in.copy_from(x1, m.ctx.stream);
+  EXPECT_EQ(bits(graph.forward(in), m.ctx.stream), eager1);
+  EXPECT_GT(graph.replay_pool_bytes(), 0);
+  // New tokens written into the input buffer: the replay sees them.
+  in.copy_from(m.input(2), m.ctx.stream);
+  const std::vector<uint16_t> replayed2 = bits(graph.forward(in), m.ctx.stream);
   EXPECT_NE(replayed2, eager1);
-  EXPECT_EQ(replayed2, bits(test::eager_forward(*m.model, x), m.ctx.stream));
+  EXPECT_EQ(replayed2, bits(test::eager_forward(*m.model, in), m.ctx.stream));
   // Work outside the replay allocates from the shared cache, never from the replay's buffers.
   for (int i = 0; i < 3; ++i) (void)test::eager_forward(*m.model, m.input(10 + i));
-  EXPECT_EQ(bits(replay.replay(), m.ctx.stream), replayed2);
+  EXPECT_EQ(bits(graph.forward(in), m.ctx.stream), replayed2);
+  // Another tensor is copied into the buffer, and left as it was.
+  const Tensor x3 = m.input(3);
+  const std::vector<uint16_t> x3_bits = bits(x3, m.ctx.stream);
+  EXPECT_EQ(bits(graph.forward(x3), m.ctx.stream), bits(test::eager_forward(*m.model, x3), m.ctx.stream));
+  EXPECT_EQ(bits(x3, m.ctx.stream), x3_bits);
+  EXPECT_THROW((void)graph.forward(Tensor::empty({32, 128}, DType::bf16, m.ctx.device, m.ctx.stream)), Error);
 }
 
 // The graph executor's forward (two streams, planned arena) captured the same way: still the eager bytes.
-TEST_P(ForwardReplayGpu, ModelGraphReplayEqualsEager) {
+TEST_P(ModelGraphReplayGpu, TwoStreamReplayEqualsEager) {
   TE_REQUIRE_GPU();
   ReplayModel m(GetParam(), Device::cuda(0));
-  Tensor x = m.input(1);
-  const std::vector<uint16_t> eager1 = bits(test::eager_forward(*m.model, x), m.ctx.stream);
-  ModelGraph graph(*m.model, 64);
-  ForwardReplay replay(*m.model, x, [&] { return graph.forward(x); });
-  EXPECT_EQ(bits(replay.replay(), m.ctx.stream), eager1);
-  x.copy_from(m.input(2), m.ctx.stream);
-  EXPECT_EQ(bits(replay.replay(), m.ctx.stream), bits(test::eager_forward(*m.model, x), m.ctx.stream));
+  const Tensor x1 = m.input(1), x2 = m.input(2);
+  ModelGraph graph(*m.model, 64, replayed(true));
+  EXPECT_EQ(bits(graph.forward(x1), m.ctx.stream), bits(test::eager_forward(*m.model, x1), m.ctx.stream));
+  EXPECT_EQ(bits(graph.forward(x2), m.ctx.stream), bits(test::eager_forward(*m.model, x2), m.ctx.stream));
 }
 
 // run.cuda_graph through the public Engine: every token count's forward is captured once and replayed; the outputs
@@ -96,7 +104,7 @@ teengine::HostTensor host_input(int64_t tokens, float phase) {
   return teengine::HostTensor::from_floats({tokens, 128}, v);
 }
 
-TEST_P(ForwardReplayGpu, EngineCudaGraphEqualsGraphExecutor) {
+TEST_P(ModelGraphReplayGpu, EngineCudaGraphEqualsGraphExecutor) {
   TE_REQUIRE_GPU();
   auto replayed = teengine::Engine::from_yaml_string(engine_yaml(GetParam(), "cuda"), {"run.cuda_graph=true"});
   auto plain = teengine::Engine::from_yaml_string(engine_yaml(GetParam(), "cuda"));
@@ -116,7 +124,7 @@ TEST_P(ForwardReplayGpu, EngineCudaGraphEqualsGraphExecutor) {
 
 // On the CPU the option is ignored with a warning (a spec written for a GPU still runs); what replay cannot cover
 // is a spec error naming the field.
-TEST(ForwardReplay, EngineCudaGraphOnTheCpuRunsWithoutReplay) {
+TEST(ModelGraphReplay, EngineCudaGraphOnTheCpuRunsWithoutReplay) {
   auto replayed = teengine::Engine::from_yaml_string(engine_yaml("fp8_block", "cpu"), {"run.cuda_graph=true"});
   auto plain = teengine::Engine::from_yaml_string(engine_yaml("fp8_block", "cpu"));
   const auto x = host_input(64, 0.f);
@@ -136,23 +144,26 @@ TEST(ForwardReplay, EngineCudaGraphOnTheCpuRunsWithoutReplay) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, ForwardReplayGpu,
+INSTANTIATE_TEST_SUITE_P(Recipes, ModelGraphReplayGpu,
                          ::testing::Values("none", "fp8_current", "fp8_block", "mxfp8", "nvfp4"));
 
-TEST(ForwardReplay, RefusedOnCpuWithTheReason) {
+TEST(ModelGraphReplay, RefusedOnCpuWithTheReason) {
   ReplayModel m("none", Device::cpu());
   try {
-    ForwardReplay replay(*m.model, m.input(1), [] { return Tensor(); });
+    ModelGraph graph(*m.model, 64, replayed(true));
     FAIL() << "replay on the CPU was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs a CUDA device"), std::string::npos) << e.what();
   }
+  // Without replay there is no input buffer to hand out.
+  ModelGraph plain(*m.model, 64);
+  EXPECT_THROW((void)plain.replay_input(), Error);
+  EXPECT_EQ(plain.replay_pool_bytes(), 0);
 }
 
-TEST(ForwardReplay, RefusedForTraining) {
-  TE_REQUIRE_GPU();
-  ReplayModel m("none", Device::cuda(0), true);
-  EXPECT_THROW(ForwardReplay(*m.model, m.input(1), [] { return Tensor(); }), Error);
+TEST(ModelGraphReplay, RefusedForTraining) {
+  ReplayModel m("none", Device::cpu(), true);
+  EXPECT_THROW(ModelGraph(*m.model, 64, replayed(true)), Error);
 }
 
 }  // namespace
