@@ -26,6 +26,11 @@ int GraphBuilder::param(std::string name, ValueType type, bool requires_grad) {
   return id;
 }
 
+std::shared_ptr<NodeState> GraphBuilder::set_node_state(std::shared_ptr<NodeState> state) {
+  std::swap(state_, state);
+  return state;
+}
+
 std::vector<int> GraphBuilder::add(const OpDef& op, std::vector<int> inputs, Attrs attrs, std::string name,
                                    const std::vector<std::string>& output_names) {
   Node n;
@@ -35,6 +40,7 @@ std::vector<int> GraphBuilder::add(const OpDef& op, std::vector<int> inputs, Att
   n.attrs = std::move(attrs);
   n.is_backward = building_backward_;
   n.forward_node = forward_node_;
+  n.state = building_backward_ ? (forward_node_ >= 0 ? g_.node(forward_node_).state : nullptr) : state_;
   const std::string label = "node " + std::to_string(n.id) + (n.name.empty() ? "" : " '" + n.name + "'") + " (" +
                             std::string(op.name) + ")";
   TE_CHECK_HINT(op.num_inputs < 0 || static_cast<int>(inputs.size()) == op.num_inputs,

@@ -2,6 +2,7 @@
 // table, inputs share one device, and the op's inference rule accepts the input types. Every error is a te::Error
 // naming the node (id, name, op) and the offending value(s) with their types.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ class GraphBuilder {
   // add() for single-output ops: the output id.
   int add1(const OpDef& op, std::vector<int> inputs, Attrs attrs = {}, std::string name = {});
 
+  // Nodes appended from now on own a share of `state` (null: none), e.g. the phases of one layer its parameters;
+  // backward nodes always share their forward node's. Returns the state set before.
+  std::shared_ptr<NodeState> set_node_state(std::shared_ptr<NodeState> state);
+
   // Keeps `value` alive to the end of the step so the caller can read it (Executor::tensor).
   void mark_output(int value);
   void set_value_name(int value, std::string name);
@@ -41,6 +46,7 @@ class GraphBuilder {
   Graph& g_;
   bool building_backward_ = false;
   int forward_node_ = -1;
+  std::shared_ptr<NodeState> state_;  // forward nodes' (set_node_state)
 };
 
 }  // namespace te

@@ -100,17 +100,28 @@ std::string Graph::node_label(int id) const {
 }
 
 namespace detail {
-void throw_attr_error(const Node& node, std::string_view attr_name, const char* expected, bool missing) {
+namespace {
+std::string node_label(const Node& node) {
   std::ostringstream os;
   os << "node " << node.id;
   if (!node.name.empty()) os << " '" << node.name << "'";
   os << " (" << (node.op ? node.op->name : std::string_view("?")) << ")";
-  const std::string label = os.str();
+  return os.str();
+}
+}  // namespace
+
+void throw_attr_error(const Node& node, std::string_view attr_name, const char* expected, bool missing) {
+  const std::string label = node_label(node);
   if (missing)
     TE_THROW(label << ": missing attribute '" << attr_name << "' (" << expected << ")",
              "set it in the Attrs passed to GraphBuilder::add");
   TE_THROW(label << ": attribute '" << attr_name << "' is not a " << expected << " (have " << node.attrs.str() << ")",
            "pass the attribute with the type the op expects");
+}
+
+void throw_state_error(const Node& node) {
+  TE_THROW(node_label(node) << (node.state ? ": holds the state of another op kind" : ": has no state"),
+           "build the node while GraphBuilder::set_node_state holds the state its kernel acts on");
 }
 }  // namespace detail
 

@@ -4,6 +4,7 @@
 // only describes them. Ids are dense indices: value(i), node(i).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,11 +84,19 @@ struct Value {
   bool is_output = false;        // kept alive to the end of the step and readable after it
 };
 
+// What a node's kernels act on besides its values and attributes: e.g. one model layer's parameters, quantizers and
+// what its forward saves for the backward (models/parallel_linear.h). Every node of that layer owns a share of it,
+// forward and backward alike, so a node carries everything its kernel needs.
+struct NodeState {
+  virtual ~NodeState() = default;
+};
+
 struct Node {
   int id = -1;
   const OpDef* op = nullptr;
   std::string name;
   Attrs attrs;
+  std::shared_ptr<NodeState> state;  // null for ops that need none
   std::vector<int> inputs, outputs;  // value ids
   bool is_backward = false;          // appended by build_backward
   int forward_node = -1;             // backward nodes: the forward node whose rule appended it
@@ -97,6 +106,9 @@ struct Node {
   const T& attr(std::string_view attr_name) const;
   template <class T>
   T attr_or(std::string_view attr_name, T fallback) const;
+  // The node's state as T; throws te::Error naming this node when it has none or another kind.
+  template <class T>
+  T& state_as() const;
 };
 
 class Graph {
@@ -120,6 +132,7 @@ class Graph {
 
 namespace detail {
 [[noreturn]] void throw_attr_error(const Node& node, std::string_view attr_name, const char* expected, bool missing);
+[[noreturn]] void throw_state_error(const Node& node);
 template <class T>
 constexpr const char* attr_type_name() {
   if constexpr (std::is_same_v<T, int64_t>) return "int";
@@ -142,6 +155,13 @@ const T& Node::attr(std::string_view attr_name) const {
 template <class T>
 T Node::attr_or(std::string_view attr_name, T fallback) const {
   return attrs.has(attr_name) ? attr<T>(attr_name) : fallback;
+}
+
+template <class T>
+T& Node::state_as() const {
+  T* s = dynamic_cast<T*>(state.get());
+  if (s == nullptr) detail::throw_state_error(*this);
+  return *s;
 }
 
 }  // namespace te

@@ -29,7 +29,7 @@ ExecOptions model_exec_options(RankContext& ctx, ModelBinding& binding) {
 }
 
 GatherPlan plan_model_gather(const Graph& g, const Node& gather, const ModelBinding& b) {
-  ParallelLinear& linear = *b.linears.at(static_cast<size_t>(gather.attr<int64_t>("linear")));
+  const ParallelLinear& linear = gather.state_as<ParallelLinear>();
   const ValueType& in = g.value(gather.inputs[0]).type;
   // The forward gather moves the input row-wise; the backward re-gather its column-wise copy; the output gradient's
   // gather both copies, with the gradient quantizer.
@@ -81,22 +81,24 @@ int ForwardBuilder::weight_param(const ParallelLinear& l) {
   return id;
 }
 
-Attrs ForwardBuilder::attrs(int64_t linear, const ParallelLinear& l, bool quantized) const {
-  Attrs a{{"linear", linear}, {"world", static_cast<int64_t>(ctx.world())}};
+Attrs ForwardBuilder::attrs(const ParallelLinear& l, bool quantized) const {
+  Attrs a{{"world", static_cast<int64_t>(ctx.world())}};
   if (quantized && l.quantizes_input())
     a.set("format", std::string(quant_format_name(l.input_quantizer()->config().format)));
   return a;
 }
 
-std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, ParallelLinear* next) {
+std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, const std::shared_ptr<ParallelLinear>& next) {
   const std::string act_name(act_kind_name(act));
   if (!(next && next->fuses_activation_quantize()))
     return {b.add1(model_op(ModelOp::act), {h}, {{"act", act_name}}, next ? linear_name(*next) + ".act" : "act"),
             false};
-  const int64_t idx = static_cast<int64_t>(binding.linears.size());
-  const int q = b.add1(model_op(ModelOp::act_quantize), {h}, attrs(idx, *next, true).set("act", act_name),
+  // The fused pass quantizes with the next linear's input quantizer: it is that layer's node.
+  b.set_node_state(next);
+  const int q = b.add1(model_op(ModelOp::act_quantize), {h}, attrs(*next, true).set("act", act_name),
                        linear_name(*next) + ".act_quantize");
-  return {linear(*next, q), true};
+  b.set_node_state(nullptr);
+  return {linear(next, q), true};
 }
 
 int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& name) {
@@ -116,12 +118,17 @@ int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& na
   return b.add(model_op(ModelOp::attention), {qkv}, attn, name, {"out", "lse"})[0];
 }
 
-int ForwardBuilder::linear(ParallelLinear& l, int h) {
+int ForwardBuilder::linear(const std::shared_ptr<ParallelLinear>& layer, int h) {
+  b.set_node_state(layer);  // every node of the layer owns a share of it
+  const int out = linear_nodes(*layer, h);
+  b.set_node_state(nullptr);
+  return out;
+}
+
+int ForwardBuilder::linear_nodes(const ParallelLinear& l, int h) {
   const std::string name = linear_name(l);
   const ParallelLinear::Params& p = l.params();
-  const int64_t idx = static_cast<int64_t>(binding.linears.size());
-  binding.linears.push_back(&l);
-  const Attrs base = attrs(idx, l, false), quantized = attrs(idx, l, true);
+  const Attrs base = attrs(l, false), quantized = attrs(l, true);
   std::vector<int> norm_in;
   if (l.has_norm()) {
     norm_in = {h, param(p.norm_weight)};
@@ -159,14 +166,14 @@ int ForwardBuilder::model(RankModel& m, int x) {
       int h = x;
       for (size_t i = 0; i < stages.size(); ++i) {
         if (stages[i].linear) {
-          h = linear(*stages[i].linear, h);
+          h = linear(stages[i].linear, h);
           continue;
         }
         if (stages[i].attention) {
           h = attention(*stages[i].attention, h, TE_STR_("layers." << li << "." << stages[i].attention->name));
           continue;
         }
-        ParallelLinear* next = i + 1 < stages.size() ? stages[i + 1].linear.get() : nullptr;
+        const std::shared_ptr<ParallelLinear> next = i + 1 < stages.size() ? stages[i + 1].linear : nullptr;
         const auto [out, consumed_next] = activation(*stages[i].act, h, next);
         h = out;
         i += consumed_next ? 1 : 0;

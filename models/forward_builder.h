@@ -1,11 +1,12 @@
-// Appends a rank's forward to a graph with the model op kinds (models/model_ops.h), one stage at a time, registering
-// each ParallelLinear with the binding. The inference graph (models/model_graph.h) and the training graph
+// Appends a rank's forward to a graph with the model op kinds (models/model_ops.h), one stage at a time; the nodes
+// of each linear layer own a share of its ParallelLinear (Node::state). The inference graph (models/model_graph.h) and the training graph
 // (models/train_graph.h) build the same forward through it; training binds the fp32 masters as the parameters (their
 // gradients are what autograd builds) and records each linear's gradient format for the backward rules.
 //
 //   x [T/W, H] → per layer, per branch: norm → sp_gather | quantize → column_gemm → act(_quantize) | [rope →]
 //   attention → [quantize →] row_gemm → reduce → + x
 #pragma once
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,10 +35,11 @@ struct ForwardBuilder {
   Sharding sharding(const RankParam* p) const;  // split along its shard dim over the group, else replicated
   int param(const RankParam* p);
   int weight_param(const ParallelLinear& l);
-  Attrs attrs(int64_t linear, const ParallelLinear& l, bool quantized) const;
-  std::pair<int, bool> activation(ActKind act, int h, ParallelLinear* next);
+  Attrs attrs(const ParallelLinear& l, bool quantized) const;
+  std::pair<int, bool> activation(ActKind act, int h, const std::shared_ptr<ParallelLinear>& next);
   int attention(const LayerSpec& l, int qkv, const std::string& name);
-  int linear(ParallelLinear& l, int h);
+  int linear(const std::shared_ptr<ParallelLinear>& layer, int h);  // the layer's nodes, owning a share of it
+  int linear_nodes(const ParallelLinear& l, int h);
 };
 
 // "layers.0.mlp.fc1_weight" → "layers.0.mlp.fc1"; "layers.0.qkv.weight" → "layers.0.qkv".

@@ -36,7 +36,7 @@ int64_t held_bytes(const Graph& g, const Value& v, const ModelBinding& b) {
   if (is_own_wgrad_input(n)) {
     const Value& act = g.value(n.inputs[0]);  // the activation the fused pass quantized
     const Node& fused = g.node(act.producer);
-    const ParallelLinear& l = *b.linears.at(static_cast<size_t>(n.attr<int64_t>("linear")));
+    const ParallelLinear& l = n.state_as<ParallelLinear>();
     const bool col = l.keeps_columnwise_copy(model_ops::act_of(fused), g.value(fused.inputs[0]).type.shape, *b.ctx);
     return col ? quantized_bytes_with_images(v.type, *b.ctx) : dense_bytes(act.type);
   }

@@ -19,7 +19,7 @@ namespace te::model_ops {
 namespace {
 
 Attrs backward_attrs(const Node& n) {
-  return Attrs{{"linear", n.attr<int64_t>("linear")}, {"world", n.attr<int64_t>("world")}};
+  return Attrs{{"world", n.attr<int64_t>("world")}};
 }
 
 // `a` with attribute `name` copied from `from`, when it has it.

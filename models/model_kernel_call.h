@@ -1,5 +1,5 @@
-// How the model op kernels reach their state: the ModelBinding in ExecEnv::binding, the ParallelLinear a node
-// names, and the operands the binding holds for values the planner left to it (models/model_ops.h). Shared by the
+// How the model op kernels reach their state: the ParallelLinear a node owns a share of, the ModelBinding in
+// ExecEnv::binding (the rank's context), and the operands the binding holds for values the planner left to it (models/model_ops.h). Shared by the
 // forward kernels (model_ops.cpp) and the training ones (train_ops.cpp).
 #pragma once
 #include <any>
@@ -17,13 +17,8 @@ inline ModelBinding& binding(const KernelCall& c) {
   return **b;
 }
 
-inline ParallelLinear& linear(const KernelCall& c) {
-  ModelBinding& b = binding(c);
-  const int64_t i = c.node.attr<int64_t>("linear");
-  TE_CHECK(i >= 0 && i < static_cast<int64_t>(b.linears.size()),
-           "node '" << c.node.name << "': linear " << i << " of " << b.linears.size());
-  return *b.linears[static_cast<size_t>(i)];
-}
+// The layer the node belongs to: its state.
+inline ParallelLinear& linear(const KernelCall& c) { return c.node.state_as<ParallelLinear>(); }
 
 // Input i: its planned tensor, or the operand the binding holds for it.
 inline GemmOperand operand(const KernelCall& c, size_t i) {

@@ -4,9 +4,10 @@
 //
 // Values the collectives and quantizers allocate themselves (gathered or reduced tensors, QuantizedTensors) are
 // held by the binding (PlanOptions::held_by_binding), in ModelBinding::held; everything else is a planned arena
-// buffer. ModelBinding reaches the kernels as ExecEnv::binding.
+// buffer. ModelBinding reaches the kernels as ExecEnv::binding. The nodes of a linear layer (its phases and their
+// backward) own a share of its ParallelLinear as their state (Node::state): weights, quantizers, saved values.
 //
-// Attributes: linear (int, index into ModelBinding::linears), world (int), format (string, a QuantFormat name: the
+// Attributes: world (int), format (string, a QuantFormat name: the
 // value is quantized row-wise in it), act (string, an ActKind name), sp (bool: the reduction is a reduce-scatter).
 #pragma once
 #include <array>
@@ -22,7 +23,6 @@ class RankModel;
 
 struct ModelBinding {
   RankContext* ctx = nullptr;
-  std::vector<ParallelLinear*> linears;          // by the nodes' `linear` attribute
   std::vector<std::optional<GemmOperand>> held;  // by value id: the values the planner left to the binding
   // Training graph only (models/train_graph.h): the model the step and optimizer nodes act on, this step's
   // optimizer step and learning rate, and the loss the loss node read. A non-finite loss sets skip_backward: every

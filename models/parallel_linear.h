@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "comm/gather.h"
+#include "graph/graph.h"
 #include "models/rank_context.h"
 #include "ops/act/act.h"
 #include "ops/norm/norm.h"
@@ -27,7 +28,8 @@ inline GemmOperand gathered_operand(const GatherResult& g) {
   return g.output->quantized ? GemmOperand(g.quantized()) : GemmOperand(g.tensor());
 }
 
-class ParallelLinear {
+// Every graph node of the layer (its forward phases and their backward) owns a share of it (graph/graph.h NodeState).
+class ParallelLinear : public NodeState {
  public:
   struct Params {
     RankParam* norm_weight = nullptr;  // null: no norm

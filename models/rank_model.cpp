@@ -66,7 +66,7 @@ RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
           p.weight = param(base + w);
           if (l.bias) p.bias = param(base + b);
           Stage s;
-          s.linear = std::make_unique<ParallelLinear>(mode, nk, eps, p, ctx);
+          s.linear = std::make_shared<ParallelLinear>(mode, nk, eps, p, ctx);
           stages.push_back(std::move(s));
         };
         if (l.kind == LayerKind::attention) {

@@ -47,7 +47,7 @@ class RankModel {
 
   // The model's structure, read by the graph builder (models/forward_builder.h).
   struct Stage {
-    std::unique_ptr<ParallelLinear> linear;  // or an activation:
+    std::shared_ptr<ParallelLinear> linear;  // or an activation (the graph nodes of the linear share it):
     std::optional<ActKind> act;
     const LayerSpec* attention = nullptr;  // or an attention (global heads; the rank runs heads / world)
   };

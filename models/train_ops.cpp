@@ -212,7 +212,7 @@ void run_optimizer(KernelCall& c) {
   ModelBinding& b = model_ops::binding(c);
   b.model->finish_grad_step(!b.skip_backward);
   if (!b.skip_backward && c.node.attr_or<bool>("update", true)) b.model->apply_optimizer(b.step, b.lr);
-  for (ParallelLinear* l : b.linears) l->discard_saved();
+  b.model->discard_saved();
 }
 
 }  // namespace train_ops

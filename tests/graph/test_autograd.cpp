@@ -137,6 +137,55 @@ TEST(Autograd, OpWithoutBackwardIsNamed) {
   }
 }
 
+// Node state: the nodes built while a state is set own a share of it, the nodes after it none; every backward node
+// shares its forward node's (a layer's backward phases act on the layer's own parameters and quantizers).
+struct LayerState : NodeState {
+  int id = 0;
+};
+struct OtherState : NodeState {};
+
+TEST(Autograd, BackwardNodesShareTheirForwardNodesState) {
+  Graph g;
+  GraphBuilder b(g);
+  const int x = b.input("x", vt({4, 3}), /*requires_grad=*/true);
+  const int w = b.param("w", vt({3, 5}));
+  auto layer = std::make_shared<LayerState>();
+  layer->id = 7;
+  EXPECT_EQ(b.set_node_state(layer), nullptr);
+  const int h = b.add1(op(Op::matmul), {x, w}, {}, "fc");
+  EXPECT_EQ(b.set_node_state(nullptr), layer);
+  const int a = b.add1(op(Op::tanh), {h}, {}, "act");
+  const int loss = b.add1(op(Op::sumsq), {a}, {}, "loss");
+  const int forward_nodes = g.num_nodes();
+  build_backward(g, loss, test_backward_options());
+  int shared = 0;
+  for (const Node& n : g.nodes()) {
+    const int owner = n.is_backward ? n.forward_node : n.id;
+    const bool of_fc = owner >= 0 && g.node(owner).name == "fc";
+    EXPECT_EQ(n.state.get(), of_fc ? layer.get() : nullptr) << g.node_label(n.id);
+    if (n.is_backward && of_fc) {
+      EXPECT_EQ(n.state_as<LayerState>().id, 7);
+      ++shared;
+    }
+  }
+  EXPECT_GT(g.num_nodes(), forward_nodes);
+  EXPECT_GE(shared, 2);  // the matmul's dx and dw
+  const Node& fc = g.node(g.value(h).producer);
+  EXPECT_EQ(&fc.state_as<LayerState>(), layer.get());
+  try {
+    (void)fc.state_as<OtherState>();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("'fc' (t_matmul): holds the state of another op kind"), std::string::npos) << e.what();
+  }
+  try {
+    (void)g.node(g.value(a).producer).state_as<LayerState>();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("'act' (t_tanh): has no state"), std::string::npos) << e.what();
+  }
+}
+
 // Many replicated parameters: each all-reduce added grows the graph's value vector while the gradient's name is
 // being set, so the names must come from a copy of the parameter's value, not a reference into that vector. The
 // parameter counts cover a reallocation inside the all-reduce loop.
