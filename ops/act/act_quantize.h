@@ -2,7 +2,7 @@
 // e.g. the FC2 input of an MLP under an FP8/FP4 recipe. The caller decides whether to quantize and passes the
 // Quantizer. Bytes equal act_forward(..., out_dtype) followed by quantizer.quantize(usages): the activation is rounded
 // to out_dtype first. GELU/ReLU into FP8 block 1D or MXFP8 (either or both copies) on the GPU run as one fused
-// pass (Quantizer::quantize_activation).
+// pass, into NVFP4 1D row-wise as an amax pass and one fused quantize pass (Quantizer::quantize_activation).
 #pragma once
 #include "ops/act/act.h"
 #include "ops/quant/quantizer.h"

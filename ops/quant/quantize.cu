@@ -8,12 +8,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "engine/cuda_check.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "ops/quant/quant_block.h"
+#include "ops/quant/quant_fast_common.cuh"
 #include "ops/quant/quant_kernels.h"
+#include "ops/quant/quant_pre_act.cuh"
 #include "ops/quant/dequantize_fast.h"
 #include "ops/quant/quantize_fast.h"
 #include "ops/quant/quantize_nvfp4.h"
@@ -276,6 +280,29 @@ __global__ void amax_kernel(QuantInput x, float* amax, float* col_amax) {
   }
 }
 
+// amax[0] = max(amax[0], max|act(x)|), act(x) rounded to x's dtype as the fused quantize pass rounds it (x dense,
+// 16-byte aligned, K % 8 == 0, 16-bit): the per-tensor amax a fused activation → NVFP4 pass scales with.
+template <QuantPreAct Act, DType kIn>
+__global__ void __launch_bounds__(kThreads) act_amax_kernel(QuantInput x, float* amax) {
+  __shared__ float warp_a[kWarps];
+  float a = 0.f;
+  const int64_t nvec = x.M * x.K / 8;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v[8];
+    quant_fast::unpack8(quant_fast::act_round_word<Act, kIn>(reinterpret_cast<const uint4*>(x.data)[i]), kIn, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a = amax_fold(a, v[j]);
+  }
+  for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  if ((threadIdx.x & 31) == 0) warp_a[threadIdx.x / 32] = a;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) a = fmaxf(a, warp_a[w]);
+    atomic_max_nonneg(amax, a);
+  }
+}
+
 // One thread per (A row r, group g of 16 along C): dequantize, undo the RHT on full groups, store in [M, K].
 __global__ void dequant_kernel(DequantArgs a, void* out, DType out_dtype) {
   const CopyLayout& L = a.layout;
@@ -307,10 +334,26 @@ int grid_for(int64_t n, int threads) {
 
 }  // namespace
 
-void quant_amax_cuda(const QuantInput& x, const QuantParams&, float* amax_out, float* col_amax_out,
+void quant_amax_cuda(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
                      const Stream& stream) {
   // Enough CTAs to fill the GPU a few times over; each folds a grid-stride share (one atomic per CTA).
   const int64_t blocks = grid_stride_blocks(x.M * x.K / 8, 256, 8);
+  if (p.pre_act != QuantPreAct::none) {
+    TE_CHECK(col_amax_out == nullptr && (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 &&
+                 x.stride_m == x.K && x.K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0,
+             "amax of a fused activation: " << x.M << "x" << x.K << " " << dtype_name(x.dtype)
+                                            << " is not a dense 16-bit row-wise input (Quantizer::can_fuse_activation)");
+    auto launch = [&](auto act) {
+      constexpr QuantPreAct A = decltype(act)::value;
+      const unsigned grid = static_cast<unsigned>(blocks);
+      if (x.dtype == DType::bf16) act_amax_kernel<A, DType::bf16><<<grid, kThreads, 0, st(stream)>>>(x, amax_out);
+      else act_amax_kernel<A, DType::f16><<<grid, kThreads, 0, st(stream)>>>(x, amax_out);
+    };
+    if (p.pre_act == QuantPreAct::gelu) launch(std::integral_constant<QuantPreAct, QuantPreAct::gelu>{});
+    else launch(std::integral_constant<QuantPreAct, QuantPreAct::relu>{});
+    TE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   amax_kernel<<<static_cast<unsigned>(blocks), 256, 0, st(stream)>>>(x, amax_out, col_amax_out);
   TE_CUDA_CHECK_LAUNCH();
 }

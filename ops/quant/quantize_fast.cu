@@ -229,6 +229,7 @@ bool fast_rowwise_eligible(const QuantInput& x, const QuantParams& p) {
 }
 
 bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
+  if (nvfp4_format(p.format)) return false;  // quantize_nvfp4.cu, fused activation included
   const bool fused = p.pre_act != QuantPreAct::none;
   // FP8 block 2D (the weights' format, never fused) has the tile kernel only: its copies share the tile's scale.
   const bool two_d = p.format == QuantFormat::fp8_block_2d;

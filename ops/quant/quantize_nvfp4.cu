@@ -2,16 +2,23 @@
 // nvfp4_element's steps, rht16_forward), so the bytes equal the CPU reference's:
 //   row-wise    — a lane owns one 1x16 block (two 16-byte loads of 16-bit input), so the block amax, its E4M3 scale
 //                 and the 16 codes need no shuffles and the codes leave as one 8-byte store; stochastic rounding draws
-//                 one Philox block per 4 elements, the same words sr_uniform gives each element.
+//                 one Philox block per 4 elements, the same words sr_uniform gives each element. With a fused
+//                 activation (GELU, ReLU) each loaded word becomes act_forward's rounded output first, and the
+//                 per-tensor amax was taken over those same values (quant_amax_cuda).
 //   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes two
 //                 features and 32 tokens, i.e. two 16-token blocks of each feature, applies the Hadamard transform
 //                 to each full block, and writes its 16 codes as one 8-byte store.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "engine/cuda_check.h"
 #include "engine/device.h"
+#include "engine/error.h"
 #include "ops/elementwise/cuda_common.cuh"
 #include "ops/quant/quant_fast_common.cuh"
+#include "ops/quant/quant_pre_act.cuh"
 #include "ops/quant/quantize_nvfp4.h"
 
 namespace te {
@@ -21,7 +28,9 @@ using namespace quant_fast;
 
 constexpr int kThreads = 256, kBlock = 16;
 
-template <DType kIn>
+// Act: the fused activation applied to each loaded word (act_round_word: act_forward's bytes), which out.act_out
+// then receives as well when set (x dense).
+template <DType kIn, QuantPreAct Act>
 __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
   const int64_t per_row = x.K / kBlock, total = x.M * per_row;
   const float s_enc = nvfp4_global_encode_scale(*out.row_amax);
@@ -31,8 +40,19 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / per_row, k = (i % per_row) * kBlock;
     float v[kBlock];
-    unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2), kIn, v);
-    unpack8(*reinterpret_cast<const uint4*>(base + (m * x.stride_m + k + 8) * 2), kIn, v + 8);
+    uint4 w0 = *reinterpret_cast<const uint4*>(base + (m * x.stride_m + k) * 2);
+    uint4 w1 = *reinterpret_cast<const uint4*>(base + (m * x.stride_m + k + 8) * 2);
+    if constexpr (Act != QuantPreAct::none) {
+      w0 = act_round_word<Act, kIn>(w0);
+      w1 = act_round_word<Act, kIn>(w1);
+      if (out.act_out) {
+        uint4* act = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.act_out) + m * x.K + k);
+        act[0] = w0;
+        act[1] = w1;
+      }
+    }
+    unpack8(w0, kIn, v);
+    unpack8(w1, kIn, v + 8);
     float a = 0.f;
 #pragma unroll
     for (int j = 0; j < kBlock; ++j) a = amax_fold(a, v[j]);
@@ -187,17 +207,31 @@ bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, c
 
 bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                  const Stream& stream) {
-  const bool eligible = p.format == QuantFormat::nvfp4_1d && p.rowwise && p.pre_act == QuantPreAct::none &&
+  if (p.format != QuantFormat::nvfp4_1d) return false;
+  const bool fused = p.pre_act != QuantPreAct::none;
+  const bool eligible = p.rowwise &&
                         (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 && x.K % kBlock == 0 &&
                         x.stride_m % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 &&
                         (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0 &&
                         (reinterpret_cast<uintptr_t>(out.row_image) & 15) == 0 && out.row_amax != nullptr;
+  TE_CHECK(eligible || !fused, "fused activation → NVFP4 asked for an input without a fast path: " << x.M << "x" << x.K);
+  TE_CHECK(!fused || (!p.columnwise && x.stride_m == x.K),
+           "fused activation → NVFP4: row-wise only, of a dense input (Quantizer::can_fuse_activation)");
+  TE_CHECK(!out.act_out || fused, "quantize: the activation output goes with a fused activation");
   if (!eligible) return false;
   const int64_t lanes = x.M * (x.K / kBlock);
   const unsigned blocks = static_cast<unsigned>(grid_stride_blocks(lanes, kThreads, 32));
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
-  if (x.dtype == DType::bf16) nvfp4_rowwise_kernel<DType::bf16><<<blocks, kThreads, 0, st>>>(x, p, out);
-  else nvfp4_rowwise_kernel<DType::f16><<<blocks, kThreads, 0, st>>>(x, p, out);
+  auto launch = [&](auto act) {
+    constexpr QuantPreAct A = decltype(act)::value;
+    if (x.dtype == DType::bf16) nvfp4_rowwise_kernel<DType::bf16, A><<<blocks, kThreads, 0, st>>>(x, p, out);
+    else nvfp4_rowwise_kernel<DType::f16, A><<<blocks, kThreads, 0, st>>>(x, p, out);
+  };
+  switch (p.pre_act) {
+    case QuantPreAct::none: launch(std::integral_constant<QuantPreAct, QuantPreAct::none>{}); break;
+    case QuantPreAct::gelu: launch(std::integral_constant<QuantPreAct, QuantPreAct::gelu>{}); break;
+    case QuantPreAct::relu: launch(std::integral_constant<QuantPreAct, QuantPreAct::relu>{}); break;
+  }
   TE_CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -5,7 +5,9 @@
 namespace te {
 
 // Launches and returns true for NVFP4 1D with a row-wise copy of 16-bit rows that allow 16-byte loads, K a multiple
-// of 16 (whole blocks) and the amax already computed; returns false (nothing launched) otherwise.
+// of 16 (whole blocks) and the amax already computed; returns false (nothing launched) otherwise. A fused
+// activation (p.pre_act, row-wise only, dense input; its amax from quant_amax_cuda with the same p) must take this
+// path: it throws when it cannot.
 bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                  const Stream& stream);
 

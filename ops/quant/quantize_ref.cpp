@@ -111,6 +111,7 @@ void quantize_copy(const std::vector<float>& A, const QuantParams& p, DType in, 
 
 void quant_amax_ref(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
                     const Stream&) {
+  TE_CHECK(p.pre_act == QuantPreAct::none, "the CPU reference has no fused activation (the Quantizer never asks)");
   const std::vector<float> X = load_matrix(x);
   *amax_out = amax_fold(*amax_out, amax_of(X));
   if (col_amax_out) {

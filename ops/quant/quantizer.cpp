@@ -92,19 +92,22 @@ bool Quantizer::can_fuse_activation(const Tensor& x, Usage usages) const {
 
 bool Quantizer::can_fuse_activation(const Shape& shape, DType dtype, Device device, Usage usages) const {
   const QuantFormat f = config_.format;
-  const bool fast = (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && device.is_cuda() &&
-                    (dtype == DType::bf16 || dtype == DType::f16) && !shape.empty() && shape.back() % 8 == 0;
+  const bool sixteen = device.is_cuda() && (dtype == DType::bf16 || dtype == DType::f16) && !shape.empty();
+  // NVFP4: the row-wise kernel (one lane per 1x16 block) after an amax pass over act(x).
+  if (f == QuantFormat::nvfp4_1d) return sixteen && usages == Usage::rowwise && shape.back() % 16 == 0;
+  const bool fast = (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && sixteen && shape.back() % 8 == 0;
   if (!fast || usages == Usage::none) return false;
   // The column-wise copy comes from the 128x128 tile kernel: at most 65535 tiles along the last dim.
   return !has_usage(usages, Usage::columnwise) || (shape.back() + 127) / 128 <= 65535;
 }
 
 QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream,
-                                               Tensor* act_out, std::optional<ImageSpec> images) {
+                                               const AmaxReducer& reduce, Tensor* act_out,
+                                               std::optional<ImageSpec> images) {
   TE_CHECK(can_fuse_activation(x, usages),
            "quantize_activation: " << x.str() << " has no fused path (check can_fuse_activation)");
   TE_CHECK(!act_out || usages == Usage::rowwise, "quantize_activation: the activation is kept only with row-wise");
-  return quantize_impl(x, usages, stream, {}, act, act_out, images);
+  return quantize_impl(x, usages, stream, reduce, act, act_out, images);
 }
 
 QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const Stream& stream,

@@ -52,16 +52,19 @@ class Quantizer {
   QuantizedTensor quantize(const Tensor& x, Usage usages, const Stream& stream = Stream(),
                            const AmaxReducer& reduce = {}, std::optional<ImageSpec> images = std::nullopt);
 
-  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype, usages) in one pass over x.
-  // Available for FP8 block 1D / MXFP8 on a contiguous 16-bit CUDA tensor whose last dim is a multiple of 8
-  // (can_fuse_activation); callers fall back to act then quantize() otherwise. A training forward asks for both
+  // Fused activation → quantize: the bytes of quantize(act(x) rounded to x's dtype, usages, reduce) in one pass over
+  // x (NVFP4: two, the first for the per-tensor amax of act(x), which `reduce` then takes over the group). Available
+  // on a contiguous 16-bit CUDA tensor for FP8 block 1D / MXFP8 whose last dim is a multiple of 8, and for NVFP4 1D
+  // row-wise whose last dim is a multiple of 16 (can_fuse_activation); callers fall back to act then quantize()
+  // otherwise. A training forward asks for both
   // copies (the column-wise one is what the layer's wgrad reads), so the activation itself need not be kept. With
   // `act_out` (row-wise only), the same pass also writes act(x) in x's dtype there: the bytes act_forward writes.
   bool can_fuse_activation(const Tensor& x, Usage usages = Usage::rowwise) const;
   // The same for a contiguous, 16-byte-aligned tensor of this shape, dtype and device (e.g. a planned buffer).
   bool can_fuse_activation(const Shape& shape, DType dtype, Device device, Usage usages) const;
   QuantizedTensor quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream = Stream(),
-                                      Tensor* act_out = nullptr, std::optional<ImageSpec> images = std::nullopt);
+                                      const AmaxReducer& reduce = {}, Tensor* act_out = nullptr,
+                                      std::optional<ImageSpec> images = std::nullopt);
 
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
   // history and recompute the scale (docs/NUMERICS.md §2). No-op for other scalings.

@@ -294,5 +294,63 @@ TEST(ActQuantize, FusedImagesEqualActThenQuantizeOnGpu) {
   }
 }
 
+// NVFP4 1D fuses the activation row-wise only (the column-wise copy's Hadamard groups run along tokens), on 16-bit
+// CUDA tensors whose rows are whole 1x16 blocks.
+TEST(ActQuantize, Nvfp4FusesRowwiseOnWholeBlocksOnly) {
+  QuantizerConfig cfg;
+  cfg.format = QuantFormat::nvfp4_1d;
+  const Quantizer q(cfg);
+  EXPECT_TRUE(q.can_fuse_activation({1024, 4096}, DType::bf16, Device::cuda(), Usage::rowwise));
+  EXPECT_TRUE(q.can_fuse_activation({3, 16}, DType::f16, Device::cuda(), Usage::rowwise));
+  EXPECT_FALSE(q.can_fuse_activation({1024, 4096}, DType::bf16, Device::cuda(), Usage::both));
+  EXPECT_FALSE(q.can_fuse_activation({1024, 4096}, DType::bf16, Device::cuda(), Usage::columnwise));
+  EXPECT_FALSE(q.can_fuse_activation({131, 200}, DType::bf16, Device::cuda(), Usage::rowwise));
+  EXPECT_FALSE(q.can_fuse_activation({1024, 4096}, DType::f32, Device::cuda(), Usage::rowwise));
+  EXPECT_FALSE(q.can_fuse_activation({1024, 4096}, DType::bf16, Device::cpu(), Usage::rowwise));
+  cfg.format = QuantFormat::nvfp4_2d;
+  EXPECT_FALSE(Quantizer(cfg).can_fuse_activation({1024, 4096}, DType::bf16, Device::cuda(), Usage::rowwise));
+}
+
+// The fused NVFP4 path (an amax pass over act(x), then the row-wise kernel applying the activation as it loads)
+// against act_forward then quantize on the GPU: the same codes, block scales, per-tensor amax, GEMM image and kept
+// activation, with and without stochastic rounding, and with a group amax reduction (here one that raises the amax,
+// as a rank holding larger values would) applied between the two passes.
+TEST(ActQuantize, FusedNvfp4RowwiseEqualsActThenQuantizeOnGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << no_gpu_reason();
+  const AmaxReducer raise = [](Tensor& amax, const Stream& s) {
+    const float v = amax.to_f32_vector(s)[0];
+    amax.copy_from(Tensor::from_f32({3.f * v}, {1}, DType::f32, amax.device()), s);
+  };
+  const ImageSpec spec{DType::bf16, false};
+  for (bool sr : {false, true})
+    for (bool reduce : {false, true})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (ActKind k : {ActKind::gelu, ActKind::relu})
+          for (auto [M, F] : {std::pair<int64_t, int64_t>{131, 208}, {1024, 4096}, {3, 16}}) {
+            QuantizerConfig cfg;
+            cfg.format = QuantFormat::nvfp4_1d;
+            cfg.stochastic_rounding = sr;
+            cfg.seed = 1234;
+            const Tensor x = activation_input(M, F, dt);
+            Quantizer fused(cfg), plain(cfg);
+            ASSERT_TRUE(fused.can_fuse_activation(x));
+            const AmaxReducer r = reduce ? raise : AmaxReducer();
+            Tensor kept;
+            const QuantizedTensor a = act_forward_quantized(k, x, dt, fused, Usage::rowwise, Stream(), r, &kept, spec);
+            const Tensor y = act_forward(k, x, dt);
+            const QuantizedTensor b = plain.quantize(y, Usage::rowwise, Stream(), r, spec);
+            const std::string what = std::string(act_kind_name(k)) + " " + std::string(dtype_name(dt)) + " " +
+                                     std::to_string(M) + "x" + std::to_string(F) + (sr ? " sr" : "") +
+                                     (reduce ? " reduced" : "");
+            EXPECT_EQ(bytes_of(a.rowwise_amax), bytes_of(b.rowwise_amax)) << what;
+            EXPECT_EQ(bytes_of(a.rowwise_data), bytes_of(b.rowwise_data)) << what;
+            EXPECT_EQ(bytes_of(a.rowwise_scale_inv), bytes_of(b.rowwise_scale_inv)) << what;
+            ASSERT_TRUE(a.rowwise_image.defined()) << what;
+            EXPECT_EQ(bytes_of(a.rowwise_image), bytes_of(b.rowwise_image)) << what;
+            ASSERT_TRUE(kept.defined()) << what;
+            EXPECT_EQ(bytes_of(kept), bytes_of(y)) << what;
+          }
+}
+
 }  // namespace
 }  // namespace te
