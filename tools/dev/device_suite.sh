@@ -3,7 +3,7 @@
 # build dir's meson files hold this machine's absolute paths), compute-sanitizer over the CUDA tests, the benchmarks
 # and the PyTorch comparisons. Logs go to a work folder and come back as one tarball ($OUT/logs.tgz: the device
 # tool returns at most 8 files), with summary.txt beside it.
-#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|reference|attention_reference|attention|torch|all]...
+#   tools/dev/device_suite.sh BUILD_DIR [tests|sanitize|bench|quantbench|block|reference|attention_reference|attention|torch|all]...
 #   (run in the order given)
 set -uo pipefail
 build=${1:-build}
@@ -98,6 +98,30 @@ run_quantbench() {
     done
   done >"$work/quantbench.jsonl" 2>&1
   note "quantbench: $(grep -c '"bench"' "$work/quantbench.jsonl") reports"
+}
+
+# The layernorm_mlp block at T=8192 (hidden 4096, ffn 16384) per recipe: forward, forward + backward, the training
+# step with the optimizer, and the NVFP4 forward + backward profiled node by node; a table of medians last.
+run_block() {
+  local a="--module layernorm_mlp --tokens 8192 --hidden 4096 --ffn 16384 --json"
+  {
+    for r in none fp8_block mxfp8 nvfp4; do
+      "$exe" bench block $a --recipe $r
+      "$exe" bench block $a --recipe $r --backward
+    done
+    for r in none fp8_block; do "$exe" bench block $a --recipe $r --backward --optimizer; done
+    "$exe" bench block $a --recipe nvfp4 --backward --profile
+  } >"$work/block.jsonl" 2>"$work/block.err" || status=1
+  python3 - "$work/block.jsonl" >>"$out/summary.txt" <<'PY'
+import json, sys
+print("| recipe | step | median ms | validated |")
+text, pos, dec = open(sys.argv[1]).read(), 0, json.JSONDecoder()
+while (pos := text.find("{", pos)) >= 0:  # the reports are indented JSON objects, one after another
+    r, pos = dec.raw_decode(text, pos)
+    step = "fwd+bwd+opt" if r["optimizer"] else "fwd+bwd" if r["backward"] else "fwd"
+    print(f"| {r['recipe']} | {step}{' (profiled)' if 'profile' in r else ''} | {r['median_ms']:.3f} | {r['validated']} |")
+PY
+  note "block: $(grep -c '^{' "$work/block.jsonl") reports, $(wc -l <"$work/block.err") stderr lines"
 }
 
 # Sections run in the order given (all = tests sanitize bench reference torch).

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Dev tool (not used by CI): builds what a device call runs into build-dev/ (CUDA on; Gloo off, since the device
+# machine has no libgloo) and packs the executables, stripped, into build-dev/pack.txz — small enough for the device
+# tool's `carry` (64 MiB), unlike the build folder with its objects. On the device machine:
+#   tar xJf build-dev/pack.txz -C build-dev && tools/dev/device_suite.sh build-dev tests bench
+# (device_suite.sh runs the binaries directly: meson's files hold this machine's paths).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=build-dev
+tools/build/setup.sh "$dir" -Dcuda=enabled -Dgloo=disabled -Dbuildtype=release
+ninja -C "$dir" -j "$(nproc)"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+# The CLI, every GoogleTest binary, the example server and the benchmark helpers: every executable the build made.
+while IFS= read -r f; do
+  rel=${f#"$dir"/}
+  mkdir -p "$stage/$(dirname "$rel")"
+  strip --strip-unneeded -o "$stage/$rel" "$f"
+done < <(find "$dir" -type f -perm -u+x \( -name '*_tests' -o -name teengine -o -name 'serve*' -o -name '*_bench' \) \
+           -not -path '*.p/*')
+tar cJf "$dir/pack.txz" -C "$stage" .
+echo "device_pack: $(du -h "$dir/pack.txz" | cut -f1) in $dir/pack.txz ($(tar tJf "$dir/pack.txz" | grep -vc '/$') files)"
