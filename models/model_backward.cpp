@@ -1,6 +1,5 @@
 // Backward rules of the model op kinds (models/model_ops.h). Each appends the training op kinds
-// (models/train_ops.h) that run the ParallelLinear backward phase ParallelLinear::backward chains at that point,
-// with the same quantizers:
+// (models/train_ops.h) that run the ParallelLinear backward phases, with the quantizers the forward used:
 //
 //   column GEMM   bias grad, dy quantized both ways, wgrad (input re-gathered column-wise under SP, quantized
 //                 column-wise locally otherwise), dgrad → partial sums (all-reduced here without SP)
@@ -55,7 +54,7 @@ void bias_and_weight_grads(BackwardBuilder& bb, int dy_local, int dq, int x_col)
 }
 
 // The GEMM input's column-wise copy for wgrad, from what produced the forward input `in` (a quantize, a gather or
-// a fused activation) — the high-precision source ParallelLinear::backward reads, not the row-wise copy.
+// a fused activation) — the high-precision source of the forward input, not its row-wise copy.
 int wgrad_operand(BackwardBuilder& bb, int dq) {
   const Node& n = bb.node();
   const Node* p = producer_of(bb, n.inputs[0]);

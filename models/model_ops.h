@@ -1,6 +1,7 @@
 // The model's op kinds for the graph IR (graph/op_table.h): one table row per forward phase of ParallelLinear
 // (models/parallel_linear.h), plus the activation and the residual add. Each kernel calls its phase on the stream
-// the plan gives it; the layer-by-layer chaining of the same phases (ParallelLinear::forward) gives the same bytes.
+// the plan gives it; the layer-by-layer chaining of the same phases (tests/models/eager_reference.h) gives the same
+// bytes.
 //
 // Values the collectives and quantizers allocate themselves (gathered or reduced tensors, QuantizedTensors) are
 // held by the binding (PlanOptions::held_by_binding), in ModelBinding::held; everything else is a planned arena

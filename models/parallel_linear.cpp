@@ -157,28 +157,6 @@ Tensor ParallelLinear::reduce_partial(const Tensor& partial, RankContext& ctx, c
   return partial;
 }
 
-Tensor ParallelLinear::forward(const Tensor& x, RankContext& ctx) {
-  const Stream& s = ctx.stream;
-  if (mode_ == ParallelMode::column) {  // x [T/W, H] (SP) or [T, H]
-    if (fuses_norm_quantize(ctx)) return column_gemm(GemmOperand(norm_quantized(x, ctx, s)), Tensor(), ctx, s);
-    const Tensor h = p_.norm_weight ? norm(x, Tensor(), ctx, s) : x;
-    if (ctx.training) {
-      x_ = x;
-      h_ = h;
-    }
-    return column_gemm(ctx.gathers() ? gather_input(h, ctx, s) : local_input(h, ctx, s), Tensor(), ctx, s);
-  }
-  if (ctx.training) x_ = x;
-  return reduce_partial(row_gemm(local_input(x, ctx, s), Tensor(), ctx, s), ctx, s);
-}
-
-Tensor ParallelLinear::forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx) {
-  if (fuses_activation_quantize())
-    return reduce_partial(row_gemm(GemmOperand(act_quantized(act, pre, ctx, ctx.stream)), Tensor(), ctx, ctx.stream),
-                          ctx, ctx.stream);
-  return forward(act_forward(act, pre, ctx.dtype, ctx.stream), ctx);
-}
-
 void ParallelLinear::bias_backward(const Tensor& dy, RankContext& ctx, const Stream& s) {
   if (p_.bias) add_to_grad(*p_.bias, bias_grad(dy, DType::f32, s), s);
   (void)ctx;
@@ -227,71 +205,11 @@ Tensor ParallelLinear::norm_backward(const Tensor& dh, const Tensor& x, Tensor o
   return out;
 }
 
-Tensor ParallelLinear::backward(const Tensor& dy, RankContext& ctx) {
-  TE_CHECK(x_.defined() || x_col_, "backward without a training forward (set run.mode: train)");
-  const Stream& s = ctx.stream;
-  bias_backward(dy, ctx, s);
-
-  if (mode_ == ParallelMode::column) {
-    // dy [T, N/W] is local to this rank's features: quantize both copies without communication.
-    GemmOperand dy_op = grad_local(dy, ctx, s);
-    // Re-gather the norm output's column-wise copy for wgrad (async: overlaps the dgrad GEMM).
-    std::optional<GatherResult> g;
-    if (ctx.gathers()) g = regather_input(h_, ctx, s);
-    Tensor dx_total = dgrad(dy_op, Tensor(), ctx, s);
-    Tensor dx;
-    ReduceScatterResult rs;
-    if (ctx.world() == 1) {
-      dx = dx_total;
-    } else if (ctx.sequence_parallel) {
-      rs = reduce_scatter_along_first_dim(dx_total, *ctx.comm, true, s);  // overlaps the wgrad GEMM
-    } else {
-      all_reduce(dx_total, *ctx.comm, ReduceOp::sum, false, s).wait();
-      dx = dx_total;
-    }
-    GemmOperand h_op = GemmOperand(h_);
-    if (g) {
-      g->work.wait();
-      h_op = gathered_operand(*g);
-    } else {
-      h_op = input_columnwise(h_, ctx, s);
-    }
-    wgrad(dy_op, h_op, ctx, s);  // [N/W, H]
-    if (ctx.gathers()) {
-      rs.work.wait();
-      dx = rs.output;
-    }
-    if (!p_.norm_weight) {
-      release_saved();
-      return dx;
-    }
-    Tensor dx_in = norm_backward(dx, x_, Tensor(), ctx, s);
-    release_saved();
-    return dx_in;
-  }
-  // Row-parallel: dy [T/W, H] (SP) → gathered [T, H] with both copies (quantized where §4 allows).
-  GemmOperand dy_op = GemmOperand(dy);
-  if (ctx.gathers()) {
-    dy_op = gathered_operand(gather_grad(dy, ctx, s));
-  } else {
-    dy_op = grad_local(dy, ctx, s);
-  }
-  // wgrad before dgrad (nothing waits on a collective here): the saved input and its column-wise copy are gone
-  // before dgrad allocates dx, the largest tensor of this layer's backward.
-  {  // scoped: the operand holds the saved input, which must be gone before dgrad allocates dx
-    const GemmOperand x_op = input_columnwise(x_, ctx, s);
-    wgrad(dy_op, x_op, ctx, s);  // [H, N/W]
-    release_saved();
-  }
-  return dgrad(dy_op, Tensor(), ctx, s);  // [T, N/W]
-}
-
 void ParallelLinear::release_saved() {
   x_ = Tensor();
   x_col_.reset();
   mean_ = Tensor();
   rstd_ = Tensor();
-  h_ = Tensor();
 }
 
 void ParallelLinear::update_forward_scales(RankContext& ctx) {

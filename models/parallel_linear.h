@@ -39,12 +39,6 @@ class ParallelLinear : public NodeState {
   };
   ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx);
 
-  Tensor forward(const Tensor& x, RankContext& ctx);
-  // forward(act(pre)): in inference under a block recipe the activation and the input quantization run as one
-  // fused pass (the activation output is never written in high precision).
-  Tensor forward_after_activation(ActKind act, const Tensor& pre, RankContext& ctx);
-  // Accumulates parameter gradients; returns dx. Releases what the forward saved, each piece after its last use.
-  Tensor backward(const Tensor& dy, RankContext& ctx);
   void invalidate_weight_cache() { weight_q_.reset(); }
   // Inference under a quantized recipe: quantize the weight now and keep only that form where the kernels run; the
   // model-dtype copy moves to host memory (RankParam::host_value), where saving reads it. Nothing else happens.
@@ -74,8 +68,8 @@ class ParallelLinear : public NodeState {
   void update_forward_scales(RankContext& ctx);
   void update_backward_scales(RankContext& ctx);
 
-  // The phases forward() chains on ctx.stream. The model graph (models/model_graph.h) runs each as one node on its
-  // own stream, so both paths compute the same bytes. An undefined `out` is allocated.
+  // The forward phases: the model graph (models/model_graph.h) runs each as one node on the stream its plan gives
+  // it. An undefined `out` is allocated.
   ParallelMode mode() const { return mode_; }
   const Params& params() const { return p_; }
   bool has_norm() const { return p_.norm_weight != nullptr; }
@@ -105,9 +99,9 @@ class ParallelLinear : public NodeState {
   Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);  // this rank's partial sum
   Tensor reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s);       // over the group
 
-  // The phases backward() chains. The training graph (models/train_graph.h) runs each as one backward node, so both
-  // paths call the same kernels with the same quantizers. Parameter gradients go into RankParam::grad
-  // (models/param_grad.h); the per-step saved state (norm statistics, a fused activation's copies) stays here.
+  // The backward phases: the training graph (models/train_graph.h) runs each as one backward node, with the
+  // quantizers the forward used. Parameter gradients go into RankParam::grad (models/param_grad.h); the per-step
+  // saved state (norm statistics, a fused activation's copies) stays here.
   void bias_backward(const Tensor& dy, RankContext& ctx, const Stream& s);          // bias grad from dy's local rows
   GemmOperand grad_local(const Tensor& dy, RankContext& ctx, const Stream& s);      // dy quantized both ways, locally
   GatherResult gather_grad(const Tensor& dy, RankContext& ctx, const Stream& s);    // row, SP: dy [T/W,H] → [T,H]
@@ -135,8 +129,9 @@ class ParallelLinear : public NodeState {
   std::optional<GemmOperand> weight_q_;  // quantized, with its GEMM images (RankContext::weight_images)
   int64_t weight_image_bytes_ = 0;
   // saved for backward
-  Tensor x_, mean_, rstd_, h_;  // input, norm statistics, GEMM input (norm output or x), all local, HP
-  std::optional<QuantizedTensor> x_col_;  // instead of x_: the input's column-wise copy from a fused activation
+  Tensor x_;                              // the activation a fused act_quantized kept (training)
+  Tensor mean_, rstd_;                    // norm statistics (training)
+  std::optional<QuantizedTensor> x_col_;  // instead of x_: the activation's column-wise copy from the fused pass
 };
 
 }  // namespace te
