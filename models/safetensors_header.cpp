@@ -19,7 +19,7 @@ constexpr uint64_t kMaxDim = static_cast<uint64_t>(std::numeric_limits<int64_t>:
 enum class Place : uint8_t { top, metadata, entry, shape, offsets, other };
 
 // A scalar event's value (or a container where a scalar belongs); text() only for messages.
-struct Value {
+struct HeaderScalar {
   enum class Kind : uint8_t { null, boolean, integer, floating, string, binary, object, array } kind;
   int64_t i = 0;                   // integer, boolean
   uint64_t u = 0;                  // integer when unsigned
@@ -45,7 +45,7 @@ struct Value {
     return "?";
   }
 };
-using K = Value::Kind;
+using K = HeaderScalar::Kind;
 
 // One tensor entry while its object is open; validated when it closes.
 struct OpenEntry {
@@ -112,7 +112,7 @@ class HeaderSax {
     else if (key_.empty()) defer("a tensor has an empty name", "give every tensor a name");
     else defer("tensor " + quoted_value(key_) + ": entry is not an object {dtype, shape, data_offsets}");
   }
-  bool scalar(const Value& v);
+  bool scalar(const HeaderScalar& v);
   bool open(bool object);
   bool close();
   void finish_entry();
@@ -135,7 +135,7 @@ bool HeaderSax::key(json::string_t& k) {
   return true;
 }
 
-bool HeaderSax::scalar(const Value& v) {
+bool HeaderSax::scalar(const HeaderScalar& v) {
   switch (places_.back()) {
     case Place::top: bad_top_value(); break;
     case Place::metadata:
