@@ -22,7 +22,6 @@ namespace te {
 struct ForwardBuilder {
   GraphBuilder b;
   RankContext& ctx;
-  ModelBinding& binding;
   std::vector<std::pair<int, Tensor>>& params;            // (value, tensor) for the caller to bind
   std::vector<std::pair<int, GemmOperand>>& held_params;  // (value, quantized weight) the binding holds
   bool training = false;                                  // params are the f32 masters, requiring gradients

@@ -48,7 +48,7 @@ ModelGraph::~ModelGraph() {
 
 void ModelGraph::build() {
   RankContext& ctx = model_.ctx();
-  ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_, held_params_};
+  ForwardBuilder fb{GraphBuilder(graph_), ctx, params_, held_params_};
   input_ = fb.b.input("x", input_type());
   output_ = fb.model(model_, input_);
   fb.b.mark_output(output_);

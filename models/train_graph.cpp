@@ -30,7 +30,7 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
 void TrainGraph::build(DType target_dtype) {
   RankContext& ctx = model_.ctx();
   std::vector<std::pair<int, GemmOperand>> no_held_params;  // training keeps every weight's master
-  ForwardBuilder fb{GraphBuilder(graph_), ctx, binding_, params_, no_held_params, true};
+  ForwardBuilder fb{GraphBuilder(graph_), ctx, params_, no_held_params, true};
   ValueType xt = input_type(), tt = xt;
   tt.dtype = target_dtype;
   input_ = fb.b.input("x", xt);

@@ -38,4 +38,14 @@ __device__ __forceinline__ uint4 act_round_word(uint4 w) {
   return make_uint4(h[0], h[1], h[2], h[3]);
 }
 
+// Calls f(std::integral_constant<QuantPreAct, act>{}): the launch sites pick one kernel instantiation per activation.
+template <class F>
+void with_pre_act(QuantPreAct act, F&& f) {
+  switch (act) {
+    case QuantPreAct::none: f(std::integral_constant<QuantPreAct, QuantPreAct::none>{}); break;
+    case QuantPreAct::gelu: f(std::integral_constant<QuantPreAct, QuantPreAct::gelu>{}); break;
+    case QuantPreAct::relu: f(std::integral_constant<QuantPreAct, QuantPreAct::relu>{}); break;
+  }
+}
+
 }  // namespace te::quant_fast

@@ -343,14 +343,14 @@ void quant_amax_cuda(const QuantInput& x, const QuantParams& p, float* amax_out,
                  x.stride_m == x.K && x.K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0,
              "amax of a fused activation: " << x.M << "x" << x.K << " " << dtype_name(x.dtype)
                                             << " is not a dense 16-bit row-wise input (Quantizer::can_fuse_activation)");
-    auto launch = [&](auto act) {
+    quant_fast::with_pre_act(p.pre_act, [&](auto act) {
       constexpr QuantPreAct A = decltype(act)::value;
-      const unsigned grid = static_cast<unsigned>(blocks);
-      if (x.dtype == DType::bf16) act_amax_kernel<A, DType::bf16><<<grid, kThreads, 0, st(stream)>>>(x, amax_out);
-      else act_amax_kernel<A, DType::f16><<<grid, kThreads, 0, st(stream)>>>(x, amax_out);
-    };
-    if (p.pre_act == QuantPreAct::gelu) launch(std::integral_constant<QuantPreAct, QuantPreAct::gelu>{});
-    else launch(std::integral_constant<QuantPreAct, QuantPreAct::relu>{});
+      if constexpr (A != QuantPreAct::none) {  // excluded above
+        const unsigned grid = static_cast<unsigned>(blocks);
+        if (x.dtype == DType::bf16) act_amax_kernel<A, DType::bf16><<<grid, kThreads, 0, st(stream)>>>(x, amax_out);
+        else act_amax_kernel<A, DType::f16><<<grid, kThreads, 0, st(stream)>>>(x, amax_out);
+      }
+    });
     TE_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -260,19 +260,12 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
     if (bf) tile_kernel<F, true, A><<<grid, kTileThreads, 0, st>>>(x, p, out);
     else tile_kernel<F, false, A><<<grid, kTileThreads, 0, st>>>(x, p, out);
   };
+  using None = std::integral_constant<QuantPreAct, QuantPreAct::none>;
   auto launch = [&](auto f) {
-    using None = std::integral_constant<QuantPreAct, QuantPreAct::none>;
-    using Gelu = std::integral_constant<QuantPreAct, QuantPreAct::gelu>;
-    using Relu = std::integral_constant<QuantPreAct, QuantPreAct::relu>;
-    if constexpr (decltype(f)::value == QuantFormat::fp8_per_tensor) {
+    if constexpr (decltype(f)::value == QuantFormat::fp8_per_tensor)
       launch_act(f, None{});  // a fused activation needs a block format (checked above)
-    } else {
-      switch (p.pre_act) {
-        case QuantPreAct::gelu: launch_act(f, Gelu{}); break;
-        case QuantPreAct::relu: launch_act(f, Relu{}); break;
-        default: launch_act(f, None{}); break;
-      }
-    }
+    else
+      with_pre_act(p.pre_act, [&](auto act) { launch_act(f, act); });
   };
   using PerTensor = std::integral_constant<QuantFormat, QuantFormat::fp8_per_tensor>;
   using Block1d = std::integral_constant<QuantFormat, QuantFormat::fp8_block_1d>;
@@ -281,7 +274,7 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   switch (p.format) {
     case QuantFormat::fp8_per_tensor: launch(PerTensor{}); break;
     case QuantFormat::fp8_block_1d: launch(Block1d{}); break;
-    case QuantFormat::fp8_block_2d: launch_act(Block2d{}, std::integral_constant<QuantPreAct, QuantPreAct::none>{}); break;
+    case QuantFormat::fp8_block_2d: launch_act(Block2d{}, None{}); break;
     default: launch(Mx{}); break;
   }
   TE_CUDA_CHECK_LAUNCH();

@@ -227,11 +227,7 @@ bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, cons
     if (x.dtype == DType::bf16) nvfp4_rowwise_kernel<DType::bf16, A><<<blocks, kThreads, 0, st>>>(x, p, out);
     else nvfp4_rowwise_kernel<DType::f16, A><<<blocks, kThreads, 0, st>>>(x, p, out);
   };
-  switch (p.pre_act) {
-    case QuantPreAct::none: launch(std::integral_constant<QuantPreAct, QuantPreAct::none>{}); break;
-    case QuantPreAct::gelu: launch(std::integral_constant<QuantPreAct, QuantPreAct::gelu>{}); break;
-    case QuantPreAct::relu: launch(std::integral_constant<QuantPreAct, QuantPreAct::relu>{}); break;
-  }
+  with_pre_act(p.pre_act, launch);
   TE_CUDA_CHECK_LAUNCH();
   return true;
 }

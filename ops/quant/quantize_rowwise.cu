@@ -189,11 +189,7 @@ void quantize_rowwise_cuda(const QuantInput& x, const QuantParams& p, const Quan
     if constexpr (Fv == QuantFormat::fp8_per_tensor) {  // quantize_fast_cuda rejects a fused activation here
       launch(f, std::integral_constant<QuantPreAct, QuantPreAct::none>{});
     } else {
-      switch (p.pre_act) {
-        case QuantPreAct::none: launch(f, std::integral_constant<QuantPreAct, QuantPreAct::none>{}); break;
-        case QuantPreAct::gelu: launch(f, std::integral_constant<QuantPreAct, QuantPreAct::gelu>{}); break;
-        case QuantPreAct::relu: launch(f, std::integral_constant<QuantPreAct, QuantPreAct::relu>{}); break;
-      }
+      with_pre_act(p.pre_act, [&](auto act) { launch(f, act); });
     }
   };
   switch (p.format) {
