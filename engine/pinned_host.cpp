@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "engine/error.h"
 #include "te_config.h"
@@ -48,6 +49,23 @@ Tensor PinnedHostBuffer::view(const Shape& shape, DType dtype) {
     }
   }
   return Tensor::borrow(data_, shape, dtype, Device::cpu());
+}
+
+void copy_enqueued(Tensor& dst, const Tensor& src, const Stream& stream) {
+  TE_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(),
+           "copy_enqueued " << src.str() << " into " << dst.str() << ": contiguous tensors of the same bytes");
+  if (dst.device().is_cpu() && src.device().is_cpu()) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(dst.nbytes()));
+    return;
+  }
+#if TE_WITH_CUDA
+  TE_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(dst.nbytes()), cudaMemcpyDefault,
+                                static_cast<cudaStream_t>(stream.handle())));
+#else
+  (void)stream;
+  TE_THROW("copy between " << src.device().str() << " and " << dst.device().str() << " in a build without CUDA",
+           "use device: cpu");
+#endif
 }
 
 }  // namespace te

@@ -28,4 +28,9 @@ class PinnedHostBuffer {
   size_t bytes_ = 0;
 };
 
+// dst ← src, contiguous tensors of the same bytes, enqueued on `stream` without waiting, where one side is a view of a
+// page-locked buffer and the other on the GPU (a copy a CUDA graph can capture): the host side is read or written
+// when the stream reaches the copy, so keep it alive and untouched until then. Between CPU tensors, a memcpy now.
+void copy_enqueued(Tensor& dst, const Tensor& src, const Stream& stream);
+
 }  // namespace te

@@ -36,9 +36,8 @@ void check_slot(const char* who, const ParamSlot& s, bool adamw) {
                   "pass a contiguous f32/bf16/f16 tensor of the parameter's shape on its device, or none");
 }
 
-void run(const char* who, std::span<const ParamSlot> slots, const detail::OptimizerScalars& scalars,
-         const Stream& stream) {
-  const bool adamw = scalars.kind == detail::OptimizerKind::adamw;
+void run(const char* who, std::span<const ParamSlot> slots, const OptimizerStep& step, const Stream& stream) {
+  const bool adamw = step.kind == OptimizerKind::adamw;
   std::vector<detail::SlotPtrs> ptrs;
   ptrs.reserve(slots.size());
   for (const ParamSlot& s : slots) {
@@ -54,27 +53,36 @@ void run(const char* who, std::span<const ParamSlot> slots, const detail::Optimi
   if (ptrs.empty()) return;
   if (slots.front().master.device().is_cuda()) {
 #if TE_WITH_CUDA
-    detail::optimizer_cuda(ptrs, scalars, stream);
+    detail::optimizer_cuda(ptrs, step, stream);
 #endif
     return;
   }
   (void)stream;
-  detail::optimizer_cpu(ptrs, scalars);
+  detail::optimizer_cpu(ptrs, step);
+}
+
+// A step with host scalars: they are copied where the kernel reads them (a small device buffer on a GPU, ordered on
+// `stream` like the launch).
+void run_with_scalars(const char* who, std::span<const ParamSlot> slots, OptimizerKind kind, const OptimizerScalars& s,
+                      const Stream& stream) {
+  if (slots.empty()) return;
+  const Device device = slots.front().master.device();
+  Tensor host = Tensor::borrow(const_cast<OptimizerScalars*>(&s), {int64_t{sizeof s}}, DType::u8, Device::cpu());
+  const Tensor where = device.is_cuda() ? host.to(device, stream) : host;
+  run(who, slots, {kind, static_cast<const OptimizerScalars*>(where.data_ptr()), nullptr, true}, stream);
 }
 }  // namespace
 
-void sgd_momentum_step(std::span<const ParamSlot> slots, const SgdConfig& c, const Stream& stream) {
-  detail::OptimizerScalars s{};
-  s.kind = detail::OptimizerKind::sgd_momentum;
+OptimizerScalars sgd_scalars(const SgdConfig& c) {
+  OptimizerScalars s{};
   s.sgd = {static_cast<float>(c.lr), static_cast<float>(c.momentum), static_cast<float>(c.weight_decay)};
-  run("sgd_momentum_step", slots, s, stream);
+  return s;
 }
 
-void adamw_step(std::span<const ParamSlot> slots, int64_t step, const AdamWConfig& c, const Stream& stream) {
+OptimizerScalars adamw_scalars(int64_t step, const AdamWConfig& c) {
   TE_CHECK_HINT(step >= 1, "adamw_step: step " << step << " must count from 1", "pass the 1-based step number");
   auto f = [](double x) { return static_cast<float>(x); };
-  detail::OptimizerScalars s{};
-  s.kind = detail::OptimizerKind::adamw;
+  OptimizerScalars s{};
   AdamWScalars& a = s.adamw;
   a.lr = f(c.lr);
   a.beta1 = f(c.beta1);
@@ -85,7 +93,20 @@ void adamw_step(std::span<const ParamSlot> slots, int64_t step, const AdamWConfi
   a.decay = f(1.0 - c.lr * c.weight_decay);
   a.bc1 = f(1.0 - std::pow(c.beta1, static_cast<double>(step)));
   a.bc2 = f(1.0 - std::pow(c.beta2, static_cast<double>(step)));
-  run("adamw_step", slots, s, stream);
+  return s;
+}
+
+void optimizer_step(std::span<const ParamSlot> slots, const OptimizerStep& step, const Stream& stream) {
+  TE_CHECK(step.scalars != nullptr, "optimizer_step: no scalars");
+  run("optimizer_step", slots, step, stream);
+}
+
+void sgd_momentum_step(std::span<const ParamSlot> slots, const SgdConfig& c, const Stream& stream) {
+  run_with_scalars("sgd_momentum_step", slots, OptimizerKind::sgd_momentum, sgd_scalars(c), stream);
+}
+
+void adamw_step(std::span<const ParamSlot> slots, int64_t step, const AdamWConfig& c, const Stream& stream) {
+  run_with_scalars("adamw_step", slots, OptimizerKind::adamw, adamw_scalars(step, c), stream);
 }
 
 void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& c,

@@ -34,13 +34,27 @@ __device__ int slot_of(const SlotTable& t, int64_t unit) {
   return lo;
 }
 
-__global__ void optimizer_kernel(const __grid_constant__ SlotTable table, const OptimizerScalars s) {
+// The scalars and the skip flag are read from memory (OptimizerStep), once per thread.
+__global__ void optimizer_kernel(const __grid_constant__ SlotTable table, OptimizerKind kind,
+                                 const OptimizerScalars* scalars, const int32_t* skip, bool update) {
+  const bool skipped = skip != nullptr && *skip != 0;
+  if (!skipped && !update) return;
   const int64_t units = table.first_unit[table.count];
+  if (skipped) {
+    for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < units; u += int64_t{gridDim.x} * blockDim.x) {
+      const int k = slot_of(table, u);
+      const SlotPtrs& t = table.slot[k];
+      const int64_t i0 = (u - table.first_unit[k]) * kVec;
+      for (int64_t i = i0; i < std::min<int64_t>(i0 + kVec, t.n); ++i) skip_element(t, i);
+    }
+    return;
+  }
+  const OptimizerScalars s = *scalars;
   for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < units; u += int64_t{gridDim.x} * blockDim.x) {
     const int k = slot_of(table, u);
     const SlotPtrs& t = table.slot[k];
     const int64_t i0 = (u - table.first_unit[k]) * kVec;
-    if (table.aligned[k] && i0 + kVec <= t.n && t.gt == DType::f32 && s.kind == OptimizerKind::adamw) {
+    if (table.aligned[k] && i0 + kVec <= t.n && t.gt == DType::f32 && kind == OptimizerKind::adamw) {
       float4 p = *reinterpret_cast<const float4*>(t.p + i0);
       const float4 g = *reinterpret_cast<const float4*>(static_cast<const float*>(t.g) + i0);
       float4 m = *reinterpret_cast<const float4*>(t.s1 + i0);
@@ -58,14 +72,14 @@ __global__ void optimizer_kernel(const __grid_constant__ SlotTable table, const 
       }
       continue;
     }
-    for (int64_t i = i0; i < std::min<int64_t>(i0 + kVec, t.n); ++i) update_element(t, i, s);
+    for (int64_t i = i0; i < std::min<int64_t>(i0 + kVec, t.n); ++i) update_element(t, i, kind, s);
   }
 }
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
-void optimizer_cuda(std::span<const SlotPtrs> slots, const OptimizerScalars& s, const Stream& stream) {
+void optimizer_cuda(std::span<const SlotPtrs> slots, const OptimizerStep& step, const Stream& stream) {
   for (size_t begin = 0; begin < slots.size(); begin += kSlotsPerLaunch) {
     SlotTable table{};
     table.count = static_cast<int>(std::min<size_t>(kSlotsPerLaunch, slots.size() - begin));
@@ -81,7 +95,8 @@ void optimizer_cuda(std::span<const SlotPtrs> slots, const OptimizerScalars& s, 
     if (units == 0) continue;
     const int64_t wanted = (units + kThreads - 1) / kThreads;
     const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{current_sm_count()} * 8));
-    optimizer_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream.handle())>>>(table, s);
+    optimizer_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream.handle())>>>(
+        table, step.kind, step.scalars, step.skip, step.update);
     TE_CUDA_CHECK_LAUNCH();
   }
 }

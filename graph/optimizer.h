@@ -60,6 +60,29 @@ struct AdamWScalars {
   float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay;  // decay = 1 - lr * weight_decay
   float bc1, bc2;
 };
+enum class OptimizerKind : int32_t { sgd_momentum, adamw };
+struct OptimizerScalars {  // the kind's member is read
+  SgdScalars sgd;
+  AdamWScalars adamw;
+};
+OptimizerScalars adamw_scalars(int64_t step, const AdamWConfig& config);  // step counts from 1
+OptimizerScalars sgd_scalars(const SgdConfig& config);
+
+// A multi-tensor step that reads its scalars from memory the kernel reads (device memory on a GPU, host memory on
+// the CPU) instead of from its arguments, so that one captured launch (a CUDA graph) replays with each step's values,
+// and that a flag found on the device — a non-finite loss — can turn into a skipped step without the host looking:
+//   kind     which update (the slots carry its state);
+//   scalars  one OptimizerScalars of that kind, written before the step runs;
+//   skip     int32 [1] or null. Non-zero: masters and states stay as they are, every gradient becomes 0 and every
+//            model-dtype copy is written from its master (so a copy released after quantizing is whole again);
+//   update   false: the step only does the skip's part (a step that finishes gradients without applying them).
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::adamw;
+  const OptimizerScalars* scalars = nullptr;
+  const int32_t* skip = nullptr;
+  bool update = true;
+};
+void optimizer_step(std::span<const ParamSlot> slots, const OptimizerStep& step, const Stream& stream = Stream());
 
 namespace detail {
 // Raw pointers of one slot, as the CPU loop and the CUDA kernel's argument table take them.
@@ -72,14 +95,8 @@ struct SlotPtrs {
   int64_t n;
   DType gt, vt;
 };
-enum class OptimizerKind { sgd_momentum, adamw };
-struct OptimizerScalars {
-  OptimizerKind kind;
-  SgdScalars sgd;
-  AdamWScalars adamw;
-};
-void optimizer_cpu(std::span<const SlotPtrs> slots, const OptimizerScalars& s);
-void optimizer_cuda(std::span<const SlotPtrs> slots, const OptimizerScalars& s, const Stream& stream);
+void optimizer_cpu(std::span<const SlotPtrs> slots, const OptimizerStep& step);
+void optimizer_cuda(std::span<const SlotPtrs> slots, const OptimizerStep& step, const Stream& stream);
 }  // namespace detail
 
 }  // namespace te

@@ -38,12 +38,18 @@ TE_HD void adamw_update(float& p, float g, float& m, float& v, const AdamWScalar
 }
 
 // Element i of one slot: load the gradient, update master and state, write the model-dtype copy.
-TE_HD void update_element(const SlotPtrs& t, int64_t i, const OptimizerScalars& s) {
+TE_HD void update_element(const SlotPtrs& t, int64_t i, OptimizerKind kind, const OptimizerScalars& s) {
   const float g = load_f32(t.g, t.gt, i);
-  if (s.kind == OptimizerKind::adamw)
+  if (kind == OptimizerKind::adamw)
     adamw_update(t.p[i], g, t.s1[i], t.s2[i], s.adamw);
   else
     sgd_update(t.p[i], g, t.s1[i], s.sgd);
+  if (t.value) store_f32(t.value, t.vt, i, t.p[i]);
+}
+
+// Element i of a skipped step (OptimizerStep::skip): the gradient becomes 0, the model-dtype copy its master's.
+TE_HD void skip_element(const SlotPtrs& t, int64_t i) {
+  store_f32(const_cast<void*>(t.g), t.gt, i, 0.0f);
   if (t.value) store_f32(t.value, t.vt, i, t.p[i]);
 }
 

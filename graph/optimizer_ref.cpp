@@ -4,9 +4,17 @@
 
 namespace te::detail {
 
-void optimizer_cpu(std::span<const SlotPtrs> slots, const OptimizerScalars& s) {
+void optimizer_cpu(std::span<const SlotPtrs> slots, const OptimizerStep& step) {
+  const bool skipped = step.skip != nullptr && *step.skip != 0;
+  if (!skipped && !step.update) return;
+  const OptimizerScalars s = *step.scalars;
   for (const SlotPtrs& t : slots)
-    for (int64_t i = 0; i < t.n; ++i) update_element(t, i, s);
+    for (int64_t i = 0; i < t.n; ++i) {
+      if (skipped)
+        skip_element(t, i);
+      else
+        update_element(t, i, step.kind, s);
+    }
 }
 
 }  // namespace te::detail

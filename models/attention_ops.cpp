@@ -47,7 +47,6 @@ std::vector<ValueType> infer_attention(const Node& n, const std::vector<ValueTyp
 }
 
 void run_rope(KernelCall& c) {
-  if (backward_skipped(c)) return;  // also the backward's inverse turn
   rope_apply(attention_layout_of(c.node), c.node.attr<double>("base"), c.node.attr_or<bool>("inverse", false),
              tensor_input(c, 0), c.outputs[0], c.stream);
 }
@@ -80,7 +79,6 @@ void backward_attention(BackwardBuilder& bb) {
 namespace train_ops {
 
 void run_attention_backward(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   using model_ops::tensor_input;
   attention_backward(attention_layout_of(c.node), attention_options_of(c.node), tensor_input(c, 0), tensor_input(c, 1),
                      tensor_input(c, 2), tensor_input(c, 3), c.outputs[0], c.stream);

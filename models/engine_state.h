@@ -97,10 +97,11 @@ struct Engine::Impl {
   // run.executor: graph overlaps the collectives with compute; eager runs the same graph's nodes in order.
   bool overlaps() const { return spec().run.executor == te::ForwardExecutor::graph; }
   te::ModelGraphOptions forward_options() const { return {.overlap = overlaps()}; }
-  te::TrainGraphOptions train_options(te::TrainGraphOptions::Kind kind) const { return {kind, overlaps()}; }
-  bool replays_forward() const {
-    return spec().run.cuda_graph && spec().run.mode == te::RunMode::infer && device().is_cuda() && world() == 1 &&
-           !group->distributed();
+  // run.cuda_graph on a GPU with one in-process rank: the inference forward and the training step are replayed.
+  bool captures() const { return spec().run.cuda_graph && device().is_cuda() && world() == 1 && !group->distributed(); }
+  bool replays_forward() const { return captures() && spec().run.mode == te::RunMode::infer; }
+  te::TrainGraphOptions train_options(te::TrainGraphOptions::Kind kind) const {
+    return {.kind = kind, .overlap = overlaps(), .cuda_graph = captures() && kind == te::TrainGraphOptions::Kind::step};
   }
   // The forward of x [tokens, hidden] through the token count's captured graph; returns a copy of the output
   // (the replay's own buffer is overwritten by the next replay).

@@ -47,7 +47,4 @@ inline ActKind act_of(const Node& n) {
   return *k;
 }
 
-// A non-finite loss this step: the backward does nothing (models/model_ops.h ModelBinding::skip_backward).
-inline bool backward_skipped(const KernelCall& c) { return binding(c).skip_backward; }
-
 }  // namespace te::model_ops

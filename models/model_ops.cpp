@@ -131,7 +131,6 @@ void run_act_quantize(KernelCall& c) {
 void run_row_gemm(KernelCall& c) { linear(c).row_gemm(operand(c, 0), c.outputs[0], *binding(c).ctx, c.stream); }
 
 void run_reduce(KernelCall& c) {
-  if (backward_skipped(c)) return;  // also the reduce-scatter of a column-parallel input's gradient
   RankContext& ctx = *binding(c).ctx;
   Tensor partial = tensor_input(c, 0);
   // Without SP the reduction is in place: reduce a copy, since the partial's arena bytes are reused after this node.
@@ -143,10 +142,7 @@ void run_reduce(KernelCall& c) {
   hold(c, GemmOperand(linear(c).reduce_partial(partial, ctx, c.stream)));
 }
 
-void run_residual(KernelCall& c) {
-  if (backward_skipped(c)) return;  // also the accumulation of a residual's gradients
-  add(tensor_input(c, 0), tensor_input(c, 1), Tensor(), c.outputs[0], c.stream);
-}
+void run_residual(KernelCall& c) { add(tensor_input(c, 0), tensor_input(c, 1), Tensor(), c.outputs[0], c.stream); }
 
 }  // namespace model_ops
 }  // namespace te

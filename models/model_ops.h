@@ -21,18 +21,16 @@
 namespace te {
 
 class RankModel;
+class StepControl;
 
 struct ModelBinding {
   RankContext* ctx = nullptr;
   std::vector<std::optional<GemmOperand>> held;  // by value id: the values the planner left to the binding
-  // Training graph only (models/train_graph.h): the model the step and optimizer nodes act on, this step's
-  // optimizer step and learning rate, and the loss the loss node read. A non-finite loss sets skip_backward: every
-  // backward node is then a no-op and the optimizer node only zeroes the gradients: the weights stay as they were.
+  // Training graph only (models/train_graph.h): the model the step and optimizer nodes act on, and the step's
+  // scalars, loss and skip flag in device memory (a non-finite loss: the optimizer node only zeroes the gradients,
+  // and the weights stay as they were).
   RankModel* model = nullptr;
-  int64_t step = 0;
-  double lr = 0.0;
-  float loss = 0.0f;
-  bool skip_backward = false;
+  StepControl* control = nullptr;
 };
 
 namespace model_ops {

@@ -50,7 +50,7 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
                                     group_amax_reducer(ctx), images_of(q_weight_, ctx.weight_images, ctx));
     // Training: until the next optimizer step (which writes a fresh model-dtype copy) the GEMMs read only the
     // quantized copies, so the model-dtype one goes now rather than sitting beside the activations.
-    if (ctx.training) p_.weight->value = Tensor();
+    if (ctx.training && !ctx.keep_weight_values) p_.weight->value = Tensor();
   }
   return *weight_q_;
 }
@@ -218,8 +218,8 @@ void ParallelLinear::update_forward_scales(RankContext& ctx) {
   if (q_weight_) q_weight_->update_scale_after_step(ctx.stream, reduce);
 }
 
-void ParallelLinear::update_backward_scales(RankContext& ctx) {
-  if (q_grad_) q_grad_->update_scale_after_step(ctx.stream, group_amax_reducer(ctx));
+void ParallelLinear::update_backward_scales(RankContext& ctx, const int32_t* skip) {
+  if (q_grad_) q_grad_->update_scale_after_step(ctx.stream, group_amax_reducer(ctx), skip);
 }
 
 }  // namespace te

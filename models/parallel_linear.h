@@ -64,9 +64,10 @@ class ParallelLinear : public NodeState {
   }
   // Drops what a forward saved for a backward that will not come (an eval forward of a training model).
   void discard_saved() { release_saved(); }
-  // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients).
+  // Delayed scaling: fold the step amaxes into the history and rescale (forward tensors, then gradients; `skip`, a
+  // device flag or null: a skipped step drops the gradients' amaxes instead).
   void update_forward_scales(RankContext& ctx);
-  void update_backward_scales(RankContext& ctx);
+  void update_backward_scales(RankContext& ctx, const int32_t* skip);
 
   // The forward phases: the model graph (models/model_graph.h) runs each as one node on the stream its plan gives
   // it. An undefined `out` is allocated.

@@ -16,6 +16,9 @@ struct RankContext {
   DType dtype = DType::bf16;       // parameters and activations
   RecipeConfigs recipe;
   bool training = false;           // keep what backward needs; quantize weights for both usages
+  // Training: keep each weight's model-dtype copy after quantizing it (by default it goes until the optimizer writes
+  // the next one). A captured step (models/train_graph.h cuda_graph) reads and writes it at one address every replay.
+  bool keep_weight_values = false;
   // Where a GEMM would dequantize a quantized operand (ops/gemm: gemm_image_spec), the pass that quantizes it also
   // writes its exact image and the GEMM reads that: for the weights (made once per load or optimizer step) and for
   // the activations and gradients (run.weight_images / run.activation_images).

@@ -133,32 +133,32 @@ void RankModel::discard_saved() {
 
 void RankModel::begin_grad_step() { te::begin_grad_step(params_); }
 
-void RankModel::finish_grad_step(bool backward_ran) {
+void RankModel::finish_grad_step(const int32_t* skip) {
   te::finish_grad_step(params_, ctx_.stream);
-  if (!backward_ran) return;
-  for_each_linear([&](ParallelLinear& l) { l.update_backward_scales(ctx_); });
+  for_each_linear([&](ParallelLinear& l) { l.update_backward_scales(ctx_, skip); });
 }
 
-void RankModel::apply_optimizer(int64_t step, double lr) {
-  const OptimizerSpec& o = spec_.run.optimizer;
-  // The quantized weights are stale after this step and the optimizer does not read them: they go before the
-  // fresh model-dtype copies are allocated, so the two never coexist.
-  for_each_linear([](ParallelLinear& l) { l.invalidate_weight_cache(); });
+void RankModel::apply_optimizer(const StepControl& control, bool update) {
+  if (update) {
+    // The quantized weights are stale after this step and the optimizer does not read them: they go before the
+    // fresh model-dtype copies are allocated, so the two never coexist. (A step skipped on the device writes the
+    // copies from the unchanged masters: the next forward quantizes the same weights again.)
+    invalidate_weight_caches();
+  }
   std::vector<ParamSlot> slots;
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
     // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
-    if (!p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, ctx_.stream);
+    if (update && !p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, ctx_.stream);
     slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});
   }
-  if (o.type == OptimizerType::adamw) {
-    AdamWConfig c{static_cast<float>(lr), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-                  static_cast<float>(o.eps), static_cast<float>(o.weight_decay)};
-    adamw_step(slots, step, c, ctx_.stream);
-  } else {
-    SgdConfig c{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
-    sgd_momentum_step(slots, c, ctx_.stream);
-  }
+  const OptimizerKind kind =
+      spec_.run.optimizer.type == OptimizerType::adamw ? OptimizerKind::adamw : OptimizerKind::sgd_momentum;
+  optimizer_step(slots, {kind, control.scalars(), control.skip(), update}, ctx_.stream);
+}
+
+void RankModel::invalidate_weight_caches() {
+  for_each_linear([](ParallelLinear& l) { l.invalidate_weight_cache(); });
 }
 
 void RankModel::set_optimizer_state(size_t i, const Tensor& state1, const Tensor& state2) {

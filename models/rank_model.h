@@ -11,6 +11,7 @@
 
 #include "models/parallel_linear.h"
 #include "models/parameters.h"
+#include "models/step_control.h"
 #include "ops/act/act.h"
 
 namespace te {
@@ -68,11 +69,15 @@ class RankModel {
   // Drops what every linear saved for a backward that will not run (an eval forward).
   void discard_saved();
   // The pieces of a training step the training graph (models/train_graph.h) runs as nodes:
-  // mark gradients stale before the backward; after it, zero what got no contribution and (when the backward ran)
-  // fold the gradient amaxes; the optimizer over the (already all-reduced) gradients.
+  // mark gradients stale before the backward; after it, zero what got no contribution and fold the gradient amaxes
+  // (`skip`, the step's flag on the device or null: a skipped step folds none); the optimizer over the (already
+  // all-reduced) gradients with the step's scalars and skip flag (`update` false: only a skipped step's zeroing of
+  // the gradients).
   void begin_grad_step();
-  void finish_grad_step(bool backward_ran);
-  void apply_optimizer(int64_t step, double lr);
+  void finish_grad_step(const int32_t* skip);
+  void apply_optimizer(const StepControl& control, bool update = true);
+  // Drops every quantized weight cache (the weights have changed where no host code ran: a replayed step).
+  void invalidate_weight_caches();
   // T·H of the global output whose local rows are `out`: the loss is Σ (out − target)² over it, divided by this.
   double loss_elements(const Tensor& out) const;
 

@@ -470,13 +470,11 @@ ModelSpec validate(const Ctx& c, const YAML::Node& root) {
   if (top.has("run")) read_run(c, top.get("run"), s.run);
   if (s.run.cuda_graph) {  // what replay covers today
     const YAML::Node at = top.get("run")["cuda_graph"];
-    if (s.run.mode != RunMode::infer)
-      c.fail(at, "run.cuda_graph", "replays the inference forward; training steps are not captured yet",
-             "set run.cuda_graph: false for run.mode: train");
     if (s.parallel.tp != 1)
       c.fail(at, "run.cuda_graph", "needs tp 1 (the ranks' collectives are not captured yet)",
              "set parallel.tp: 1, or run.cuda_graph: false");
-    if (s.precision.recipe == Recipe::fp8_delayed)
+    // (A training step's warm-up steps are real steps, so its history counts them rightly.)
+    if (s.precision.recipe == Recipe::fp8_delayed && s.run.mode == RunMode::infer)
       c.fail(at, "run.cuda_graph",
              "fp8_delayed's amax history would take the capture's warm-up forwards as steps (other outputs)",
              "use another recipe (fp8_current keeps per-tensor FP8), or run.cuda_graph: false");

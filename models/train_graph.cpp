@@ -1,6 +1,8 @@
 #include "models/train_graph.h"
 
 #include "comm/gather.h"
+#include "engine/allocator.h"
+#include "engine/cuda_graph.h"
 #include "engine/error.h"
 #include "graph/autograd.h"
 #include "models/forward_builder.h"
@@ -8,11 +10,34 @@
 #include "models/train_ops.h"
 
 namespace te {
+
+struct TrainGraph::Replay {
+  explicit Replay(Device device) : pool(device) {}
+  Tensor x, target;     // what the capture reads; allocated outside the pool
+  CudaMemoryPool pool;  // declared before graph: destroyed after it
+  CudaGraph graph;
+  int uncaptured = 0;  // steps run before the capture
+};
+
 TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtype, TrainGraphOptions options)
-    : RankGraph(model, local_tokens), options_(options) {
-  TE_CHECK_HINT(model.ctx().training, "the training graph needs a model that keeps training state",
+    : RankGraph(model, local_tokens), options_(options), control_(model.ctx().device, model.ctx().stream) {
+  RankContext& ctx = model.ctx();
+  TE_CHECK_HINT(ctx.training, "the training graph needs a model that keeps training state",
                 "build the model with run.mode: train");
+  if (options.cuda_graph) {  // checked before anything is allocated for it
+    TE_CHECK_HINT(options.kind == TrainGraphOptions::Kind::step,
+                  "CUDA graph replay of a training graph of another kind",
+                  "only the training step (forward, backward, optimizer) is captured");
+    TE_CHECK_HINT(ctx.device.is_cuda(), "CUDA graph replay of the training step on " << ctx.device.str(),
+                  "replay needs a CUDA device; train without run.cuda_graph on the CPU");
+    TE_CHECK_HINT(ctx.world() == 1, "CUDA graph replay of the training step with tp = " << ctx.world(),
+                  "the local communicator's rank threads cannot be captured; use tp: 1 or run.cuda_graph: false");
+    TE_CHECK_HINT(!options.profile, "CUDA graph replay with per-node profiling",
+                  "a captured step has no node boundaries: profile without cuda_graph");
+    ctx.keep_weight_values = true;
+  }
   binding_.model = &model;
+  binding_.control = &control_;
   build(target_dtype);
   start(train_value_held_by_binding, options_.overlap, [this](ExecOptions& eo, const Plan& plan) {
     eo.profile = options_.profile;
@@ -25,7 +50,23 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
       for (int v : release_after_[static_cast<size_t>(node)]) binding_.held[static_cast<size_t>(v)].reset();
     };
   });
+  if (options.cuda_graph) {
+    replay_ = std::make_unique<Replay>(ctx.device);
+    const ValueType xt = input_type();
+    replay_->x = Tensor::empty(xt.shape, xt.dtype, ctx.device, ctx.stream);
+    replay_->target = Tensor::empty(xt.shape, target_dtype, ctx.device, ctx.stream);
+  }
 }
+
+TrainGraph::~TrainGraph() {
+  if (!replay_) return;
+  try {
+    model_.ctx().stream.synchronize();  // no replay in flight while its graph and buffers go
+  } catch (...) {  // a destructor must not throw; the error belongs to the caller's next synchronisation
+  }
+}
+
+bool TrainGraph::captured() const { return replay_ && replay_->graph.captured(); }
 
 void TrainGraph::build(DType target_dtype) {
   RankContext& ctx = model_.ctx();
@@ -68,20 +109,53 @@ float TrainGraph::run(const Tensor& x, const Tensor& target) {
   // Bound each step: the caller's tensors (names the value and the fix on a shape mismatch).
   exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());
   if (target_ >= 0) exec_->bind(target_, target.is_contiguous() ? target : target.contiguous());
-  binding_.skip_backward = false;
+  control_.upload(model_.ctx().stream);  // the executor's compute stream: before its first node
   exec_->run();
   exec_->synchronize();
   for (auto& v : binding_.held) v.reset();
-  return binding_.loss;
+  return control_.loss();
+}
+
+float TrainGraph::replayed_step(const Tensor& x, const Tensor& target) {
+  Replay& r = *replay_;
+  const Stream& st = model_.ctx().stream;
+  auto take = [&](Tensor& dst, const Tensor& src, const char* what) {
+    TE_CHECK_HINT(
+        src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() && src.device() == dst.device(),
+        "replayed training step: " << what << " " << (src.defined() ? src.str() : std::string("undefined"))
+                                   << ", captured for " << dst.str(),
+        "give a " << what << " of the captured shape and dtype on " << dst.device().str());
+    if (src.data_ptr() != dst.data_ptr()) dst.copy_from(src, st);
+  };
+  take(r.x, x, "input");
+  take(r.target, target, "target");
+  if (!r.graph.captured()) {
+    if (r.uncaptured++ == 0) return run(r.x, r.target);  // allocates what outlives the capture, outside the pool
+    PoolScope scope(r.pool);
+    if (r.uncaptured <= 3) return run(r.x, r.target);  // two steps fill the pool
+    r.graph.capture(
+        st,
+        [&] {
+          control_.upload(st);
+          exec_->run();
+        },
+        "the training step");
+    for (auto& v : binding_.held) v.reset();
+  }
+  r.graph.launch(st);
+  st.synchronize();
+  // The replay changed the weights with no host code running: a quantized copy made since the capture (an eval or
+  // a forward in between) is stale now.
+  model_.invalidate_weight_caches();
+  return control_.loss();
 }
 
 float TrainGraph::train_step(const Tensor& x, const Tensor& target, int64_t step, double lr) {
   TE_CHECK(options_.kind == TrainGraphOptions::Kind::step || options_.kind == TrainGraphOptions::Kind::gradient,
            "train_step on a graph without a backward");
-  binding_.step = step;
-  binding_.lr = lr;
+  if (options_.kind == TrainGraphOptions::Kind::step) control_.set_scalars(model_.spec().run.optimizer, step, lr);
   model_.begin_grad_step();  // no zero fill: each gradient's first contribution writes it
-  return run(x, target);
+  return replay_ ? replayed_step(x, target) : run(x, target);
 }
 
 void TrainGraph::run_leaving_state(const Tensor& x, const Tensor& target) {
@@ -102,7 +176,7 @@ void TrainGraph::run_leaving_state(const Tensor& x, const Tensor& target) {
 float TrainGraph::eval_loss(const Tensor& x, const Tensor& target) {
   TE_CHECK(options_.kind == TrainGraphOptions::Kind::eval, "eval_loss on a graph of another kind");
   run_leaving_state(x, target);
-  return binding_.loss;
+  return control_.loss();
 }
 
 Tensor TrainGraph::forward(const Tensor& x) {

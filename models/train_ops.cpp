@@ -104,7 +104,6 @@ std::vector<ValueType> infer_same(const Node&, const std::vector<ValueType>& in)
 std::vector<ValueType> infer_nothing(const Node&, const std::vector<ValueType>&) { return {}; }
 
 void run_norm_backward(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   ParallelLinear& l = model_ops::linear(c);
   l.norm_backward(model_ops::tensor_input(c, 0), model_ops::tensor_input(c, 1), c.outputs[0], train_ctx(c), c.stream);
   model_ops::hold_output(c, 1, GemmOperand(l.params().norm_weight->grad));
@@ -112,32 +111,27 @@ void run_norm_backward(KernelCall& c) {
 }
 
 void run_bias_grad(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   ParallelLinear& l = model_ops::linear(c);
   l.bias_backward(model_ops::tensor_input(c, 0), train_ctx(c), c.stream);
   model_ops::hold(c, GemmOperand(l.params().bias->grad));
 }
 
 void run_grad_quantize(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   model_ops::hold(c, model_ops::linear(c).grad_local(model_ops::tensor_input(c, 0), train_ctx(c), c.stream));
 }
 
 void run_grad_gather(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   const GatherResult g = model_ops::linear(c).gather_grad(model_ops::tensor_input(c, 0), train_ctx(c), c.stream);
   model_ops::hold(c, gathered_operand(g));
 }
 
 void run_regather(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   GatherResult g = model_ops::linear(c).regather_input(model_ops::tensor_input(c, 0), train_ctx(c), c.stream);
   g.work.wait();
   model_ops::hold(c, gathered_operand(g));
 }
 
 void run_wgrad_input(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   // own: the fused activation kept the copy (or the activation) inside the linear; the input is only an edge.
   const bool own = c.node.attr_or<bool>("own", false);
   ParallelLinear& l = model_ops::linear(c);
@@ -147,19 +141,16 @@ void run_wgrad_input(KernelCall& c) {
 }
 
 void run_dgrad(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   model_ops::linear(c).dgrad(model_ops::operand(c, 0), c.outputs[0], train_ctx(c), c.stream);
 }
 
 void run_wgrad(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   ParallelLinear& l = model_ops::linear(c);
   l.wgrad(model_ops::operand(c, 0), model_ops::operand(c, 1), train_ctx(c), c.stream);
   model_ops::hold(c, GemmOperand(l.params().weight->grad));
 }
 
 void run_act_backward(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   act_backward(model_ops::act_of(c.node), model_ops::tensor_input(c, 0), model_ops::tensor_input(c, 1), c.outputs[0],
                c.stream);
 }
@@ -178,8 +169,8 @@ void run_mse_loss(KernelCall& c) {
   model_ops::hold_output(c, 1, GemmOperand(se.grad));
 }
 
-// The loss node already computed its gradient: the seed (ones) is not read; the sum crosses the group and reaches
-// the host in loss_gate, which decides whether the backward runs.
+// The loss node already computed its gradient: the seed (ones) is not read; the sum crosses the group and becomes
+// the loss and the step's skip flag in loss_gate (models/step_control.h).
 void backward_mse_loss(BackwardBuilder& bb) {
   if (!bb.needs_grad(0)) return;
   const Node& n = bb.node();
@@ -189,7 +180,6 @@ void backward_mse_loss(BackwardBuilder& bb) {
 }
 
 void run_sum_all_reduce(KernelCall& c) {
-  if (model_ops::backward_skipped(c)) return;
   TE_CHECK(!c.inputs[0].defined(), "node '" << c.node.name
                                             << "': reduces in place, so its input must be held by "
                                                "the binding, not an arena buffer");
@@ -202,16 +192,15 @@ void run_sum_all_reduce(KernelCall& c) {
 void run_loss_gate(KernelCall& c) {
   ModelBinding& b = model_ops::binding(c);
   const Tensor grad = model_ops::tensor_input(c, 1);
-  const double n = b.model->loss_elements(grad);
-  b.loss = static_cast<float>(model_ops::tensor_input(c, 0).to_f32_vector(c.stream)[0] / n);
-  b.skip_backward = !std::isfinite(b.loss);
+  // On the device: the loss, its copy to the host (read after the step) and the flag that skips the update.
+  b.control->gate(model_ops::tensor_input(c, 0), b.model->loss_elements(grad), c.stream);
   model_ops::hold(c, GemmOperand(grad));
 }
 
 void run_optimizer(KernelCall& c) {
   ModelBinding& b = model_ops::binding(c);
-  b.model->finish_grad_step(!b.skip_backward);
-  if (!b.skip_backward && c.node.attr_or<bool>("update", true)) b.model->apply_optimizer(b.step, b.lr);
+  b.model->finish_grad_step(b.control->skip());
+  b.model->apply_optimizer(*b.control, c.node.attr_or<bool>("update", true));
   b.model->discard_saved();
 }
 

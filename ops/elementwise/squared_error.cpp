@@ -52,4 +52,24 @@ SquaredError squared_error(const Tensor& out, const Tensor& target, float grad_s
   return r;
 }
 
+void loss_and_skip(const Tensor& sum, double divisor, Tensor& loss, Tensor& skip, const Stream& stream) {
+  auto check = [&](const Tensor& t, DType dtype, const char* what) {
+    TE_CHECK_HINT(t.defined() && t.numel() == 1 && t.dtype() == dtype && t.device() == sum.device(),
+                  "loss_and_skip: " << what << " " << (t.defined() ? t.str() : std::string("undefined")),
+                  "pass a one-element " << dtype_name(dtype) << " tensor on " << sum.device().str());
+  };
+  check(sum, DType::f32, "sum");
+  check(loss, DType::f32, "loss");
+  check(skip, DType::i32, "skip");
+  if (detail::on_cuda(sum, stream)) {
+#if TE_WITH_CUDA
+    detail::loss_and_skip_cuda(sum.data<float>(), divisor, loss.data<float>(), skip.data<int32_t>(), stream);
+#else
+    detail::no_cuda("loss_and_skip");
+#endif
+  } else {
+    detail::loss_and_skip_of(sum.data<float>(), divisor, loss.data<float>(), skip.data<int32_t>());
+  }
+}
+
 }  // namespace te

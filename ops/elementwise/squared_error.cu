@@ -83,4 +83,15 @@ void squared_error_cuda(const SquaredErrorArgs& a, float* sum, Device device, co
   cuda::sum_partials(p, blocks, sum, stream);
 }
 
+namespace {
+__global__ void loss_and_skip_kernel(const float* sum, double divisor, float* loss, int32_t* skip) {
+  loss_and_skip_of(sum, divisor, loss, skip);
+}
+}  // namespace
+
+void loss_and_skip_cuda(const float* sum, double divisor, float* loss, int32_t* skip, const Stream& stream) {
+  loss_and_skip_kernel<<<1, 1, 0, cuda::raw_stream(stream)>>>(sum, divisor, loss, skip);
+  TE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace te::detail

@@ -15,6 +15,10 @@
 // out, target: the same shape, each f32/bf16/f16 (they may differ), on one device; any strides (views are made
 // contiguous first). grad_dtype: f32/bf16/f16. The stream is the last argument.
 #pragma once
+#include <cfloat>
+#include <cstdint>
+
+#include "engine/hd.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
 
@@ -26,6 +30,13 @@ struct SquaredError {
 };
 SquaredError squared_error(const Tensor& out, const Tensor& target, float grad_scale, DType grad_dtype,
                            const Stream& stream = Stream());
+
+// The step's loss and the flag that skips its update, from `sum` on its device, with no host synchronisation (a
+// training step reads the loss on the host only after it has finished, and can be captured as a CUDA graph):
+//   loss = f32(f64(sum[0]) / divisor)   f32 [1]
+//   skip = loss is not finite           i32 [1] (1 or 0)
+// Both on sum's device, written in place.
+void loss_and_skip(const Tensor& sum, double divisor, Tensor& loss, Tensor& skip, const Stream& stream = Stream());
 
 namespace detail {
 // One problem on contiguous buffers of n elements.
@@ -42,6 +53,13 @@ struct SquaredErrorArgs {
 void squared_error_cpu(const SquaredErrorArgs& args, float* sum);
 // sum: f32 [1] on `device`; the per-block partials come from the stream-ordered allocator.
 void squared_error_cuda(const SquaredErrorArgs& args, float* sum, Device device, const Stream& stream);
+void loss_and_skip_cuda(const float* sum, double divisor, float* loss, int32_t* skip, const Stream& stream);
+// The expression both sides evaluate.
+TE_HD void loss_and_skip_of(const float* sum, double divisor, float* loss, int32_t* skip) {
+  const float l = static_cast<float>(static_cast<double>(*sum) / divisor);
+  *loss = l;
+  *skip = (l >= -FLT_MAX && l <= FLT_MAX) ? 0 : 1;  // false for NaN and ±Inf
+}
 }  // namespace detail
 
 }  // namespace te

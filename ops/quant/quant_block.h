@@ -86,8 +86,13 @@ TE_HD uint8_t encode_element(const QuantParams& p, float x, float factor, uint64
 }
 
 // Delayed scaling after a step (docs/NUMERICS.md §2): a non-zero step amax enters the history; the new scale
-// is fmt_max * 2^-margin / amax(history) when that is finite and > 0 (Inf → FLT_MAX), else unchanged.
+// is fmt_max * 2^-margin / amax(history) when that is finite and > 0 (Inf → FLT_MAX), else unchanged. A skipped
+// step (a non-finite loss) only drops its amax: the state is what it would be had its quantizes not run.
 TE_HD void delayed_scale_update(const DelayedUpdateArgs& a) {
+  if (a.skip != nullptr && *a.skip != 0) {
+    *a.step_amax = 0.0f;
+    return;
+  }
   const float step = *a.step_amax;
   if (step > 0.0f) {
     a.history[*a.count % a.len] = step;

@@ -87,6 +87,7 @@ struct DelayedUpdateArgs {
   int64_t* count;       // entries pushed so far (the next slot is count % len)
   float* step_amax;     // reset to 0 after the update
   float* scale;         // updated in place
+  const int32_t* skip;  // null, or a flag: non-zero drops the step amax and leaves history and scale (a skipped step)
   int len;
   bool most_recent;
   float fmt_max;

@@ -77,7 +77,15 @@ void Quantizer::ensure_delayed_state(Device device, const Stream& stream) {
 
 void Quantizer::set_delayed(const DelayedScaling& state, Device device, const Stream& stream) {
   state.check(config_.amax_history_len);
-  delayed_ = state.copy_to(device, stream);
+  if (!delayed_.defined() || delayed_.scale.device() != device) {
+    delayed_ = state.copy_to(device, stream);
+    return;
+  }
+  // In place: a captured training step (a CUDA graph) goes on reading and updating the same buffers.
+  delayed_.scale.copy_from(state.scale, stream);
+  delayed_.amax_history.copy_from(state.amax_history, stream);
+  delayed_.step_amax.copy_from(state.step_amax, stream);
+  delayed_.count.copy_from(state.count, stream);
 }
 
 QuantizedTensor Quantizer::quantize(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce,
@@ -208,7 +216,7 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
   return qt;
 }
 
-void Quantizer::update_scale_after_step(const Stream& stream, const AmaxReducer& reduce) {
+void Quantizer::update_scale_after_step(const Stream& stream, const AmaxReducer& reduce, const int32_t* skip) {
   if (config_.format != QuantFormat::fp8_per_tensor || config_.scaling != ScalingKind::delayed) return;
   if (!delayed_.defined()) return;  // nothing quantized yet
   if (reduce) reduce(delayed_.step_amax, stream);
@@ -216,6 +224,7 @@ void Quantizer::update_scale_after_step(const Stream& stream, const AmaxReducer&
                       delayed_.count.data<int64_t>(),
                       delayed_.step_amax.data<float>(),
                       delayed_.scale.data<float>(),
+                      skip,
                       config_.amax_history_len,
                       config_.amax_algo == AmaxAlgo::most_recent,
                       static_cast<float>(dtype_info(config_.data_dtype).max_finite),

@@ -67,13 +67,16 @@ class Quantizer {
                                       std::optional<ImageSpec> images = std::nullopt);
 
   // Delayed scaling: after a step, reduce the step amax (MAX over the group via `reduce`), push it into the
-  // history and recompute the scale (docs/NUMERICS.md §2). No-op for other scalings.
-  void update_scale_after_step(const Stream& stream = Stream(), const AmaxReducer& reduce = {});
+  // history and recompute the scale (docs/NUMERICS.md §2). No-op for other scalings. `skip` (int32 [1] where the
+  // kernel reads it, or null): a non-zero flag drops the step amax instead (a training step skipped on the device).
+  void update_scale_after_step(const Stream& stream = Stream(), const AmaxReducer& reduce = {},
+                               const int32_t* skip = nullptr);
   // The delayed-scaling state (ops/quant/delayed_scaling.h) on the quantizer's device; undefined until the first
   // delayed quantize.
   const DelayedScaling& delayed() const { return delayed_; }
-  // Replaces it with a copy of `state` on `device` (a checkpoint's, or a snapshot taken before an eval): the
-  // quantizer then continues exactly as the one it came from. A te::Error when its shapes are not this config's.
+  // Sets it to a copy of `state` on `device` (a checkpoint's, or a snapshot taken before an eval): the quantizer then
+  // continues exactly as the one it came from. State already on `device` is overwritten in place (its buffers keep
+  // their addresses). A te::Error when its shapes are not this config's.
   void set_delayed(const DelayedScaling& state, Device device, const Stream& stream = Stream());
 
  private:

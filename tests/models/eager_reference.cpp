@@ -173,14 +173,14 @@ float eager_forward_backward(RankModel& m, const Tensor& x, const Tensor& target
   m.update_forward_scales();
   Tensor dy;
   const float loss = loss_and_grad(m, h, target, &dy);
-  if (!std::isfinite(loss)) {
-    m.finish_grad_step(false);
+  if (!std::isfinite(loss)) {  // the reference decides on the host: no backward (nothing to fold, every grad 0)
+    m.finish_grad_step(nullptr);
     return loss;
   }
   for (size_t l = layers.size(); l-- > 0;)
     for (size_t br = layers[l].size(); br-- > 0;)
       dy = add(dy, backprop_branch(m, layers[l][br], dy, saved[l][br]), Tensor(), ctx.stream);  // residual
-  m.finish_grad_step(true);
+  m.finish_grad_step(nullptr);
   return loss;
 }
 
@@ -190,7 +190,11 @@ float eager_train_step(RankModel& m, const Tensor& x, const Tensor& target, int6
   RankContext& ctx = m.ctx();
   for (const RankParam& p : m.params())
     if (p.grad_all_reduce) all_reduce(p.grad, *ctx.comm, ReduceOp::sum, false, ctx.stream).wait();
-  m.apply_optimizer(step, lr);
+  StepControl control(ctx.device, ctx.stream);  // the scalars where the optimizer reads them; skip stays 0
+  control.set_scalars(m.spec().run.optimizer, step, lr);
+  control.upload(ctx.stream);
+  m.apply_optimizer(control);
+  ctx.stream.synchronize();  // before the control's buffers go
   return loss;
 }
 

@@ -21,5 +21,12 @@ while IFS= read -r f; do
 done < <(find "$dir" -type f \( -perm -u+x -o -name 'libteengine.so*' \) -not -path '*.p/*' -not -path '*/meson-*' \
            -not -name '*.py' -not -name '*.sh' -not -name '*.txz')
 find "$dir" -maxdepth 1 -type l -name 'libteengine.so*' -exec cp -P {} "$stage/" \;  # its soname links
+# Shared libraries the device machine lacks (the example server's HTTP library and its compression libraries), in
+# lib/ (device_suite.sh puts it last on the library path, so the machine's own copies win).
+mkdir -p "$stage/lib"
+for l in libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+  f=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
+  if [ -n "$f" ]; then cp -L "$f" "$stage/lib/$l"; fi
+done
 tar cJf "$dir/pack.txz" -C "$stage" .
 echo "device_pack: $(du -h "$dir/pack.txz" | cut -f1) in $dir/pack.txz ($(tar tJf "$dir/pack.txz" | grep -vc '/$') files)"

@@ -13,7 +13,7 @@ out=${OUT:-/tmp/te-out}
 work=/tmp/te-logs
 mkdir -p "$out" "$work"
 exe=$PWD/$build/tools/teengine/teengine
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}:$PWD/$build/lib
 export TEENGINE_LOG=error TE_TEST_DATA=$PWD/tests/data NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   TE_MODELS_DIR=$PWD/models TE_FUZZ_CORPUS=$PWD/tests/fuzz/corpus TE_TEENGINE=$exe TEENGINE_BIN=$exe \
   PYTHONUNBUFFERED=1
