@@ -6,3 +6,9 @@
 #else
 #define TE_HD inline
 #endif
+// Unrolls the next loop in device code, so small arrays it indexes stay in registers (host compilers ignore it).
+#if defined(__CUDA_ARCH__)
+#define TE_UNROLL _Pragma("unroll")
+#else
+#define TE_UNROLL
+#endif

@@ -261,9 +261,17 @@ __global__ void amax_kernel(QuantInput x, float* amax, float* col_amax) {
       const int64_t k = t % x.K, m0 = (t / x.K) * 16;
       float v[16], y[16];
       const int cnt = static_cast<int>(x.M - m0 < 16 ? x.M - m0 : 16);
+      // Constant bounds (zeros past the tokens fold to nothing): v and y stay in registers.
+#pragma unroll
       for (int j = 0; j < 16; ++j) v[j] = j < cnt ? load_f32(x.data, x.dtype, (m0 + j) * x.stride_m + k * x.stride_k) : 0.f;
-      if (cnt == 16) rht16_forward(v, y);
-      for (int j = 0; j < cnt; ++j) ac = amax_fold(ac, cnt == 16 ? y[j] : v[j]);
+      if (cnt == 16) {
+        rht16_forward(v, y);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) ac = amax_fold(ac, y[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) ac = amax_fold(ac, v[j]);
+      }
     }
   }
   for (int off = 16; off > 0; off >>= 1) {

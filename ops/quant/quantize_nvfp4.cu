@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
     const int cnt = static_cast<int>(x.M - mg < 16 ? x.M - mg : 16);
     uint8_t q[2][16];
     float img[2][16];
-    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // unrolled, as every loop over q and img: they stay in registers
       const int cc = 2 * cp + h;
       const int64_t k = k0 + cc;
       float v[16], y[16];
@@ -168,13 +169,17 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
         for (int j = 0; j < 16; ++j) w[j / 8] |= static_cast<uint32_t>(q[h][j]) << (4 * (j % 8));
         *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
       } else {
-        for (int j = 0; j < cnt; j += 2) dst[j / 2] = static_cast<uint8_t>(q[h][j] | (q[h][j + 1] << 4));
+#pragma unroll
+        for (int j = 0; j < 16; j += 2)  // constant bounds: q stays in registers
+          if (j < cnt) dst[j / 2] = static_cast<uint8_t>(q[h][j] | (q[h][j + 1] << 4));
       }
     }
     if (!out.col_image) continue;
     const int64_t k = k0 + 2 * cp;  // K % 8 == 0: column k + 1 is inside x with column k
     if (k >= x.K) continue;
-    for (int j = 0; j < cnt; ++j) {  // the image in x's [M, K] order: columns k, k + 1 of token mg + j
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {  // the image in x's [M, K] order: columns k, k + 1 of token mg + j
+      if (j >= cnt) break;          // (constant bounds: img stays in registers)
       const int64_t i = (mg + j) * x.K + k;
       if (out.image.dtype == DType::bf16) {
         *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + i) = bf16x2_bits(img[0][j], img[1][j]);

@@ -107,8 +107,10 @@ TE_HD bool hadamard_negative(int i, int j) {  // parity of popcount(i & j) for 4
 }
 
 TE_HD void rht16_forward(const float* v, float* y) {
+  TE_UNROLL
   for (int i = 0; i < 16; ++i) {
     float acc = 0.0f;
+    TE_UNROLL
     for (int j = 0; j < 16; ++j) {
       const bool neg = hadamard_negative(j, i) != (((kRhtSignMask >> j) & 1u) != 0);
       acc += neg ? -v[j] : v[j];
@@ -118,8 +120,10 @@ TE_HD void rht16_forward(const float* v, float* y) {
 }
 // v = y * Rᵀ: v_i = s_i / 4 * sum_j H[i][j] y_j (f32, not rounded).
 TE_HD void rht16_inverse(const float* y, float* v) {
+  TE_UNROLL
   for (int i = 0; i < 16; ++i) {
     float acc = 0.0f;
+    TE_UNROLL
     for (int j = 0; j < 16; ++j) acc += hadamard_negative(i, j) ? -y[j] : y[j];
     acc *= 0.25f;
     v[i] = ((kRhtSignMask >> i) & 1u) ? -acc : acc;
