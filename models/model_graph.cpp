@@ -20,14 +20,7 @@ ModelGraph::ModelGraph(RankModel& model, int64_t local_tokens, ModelGraphOptions
   const RankContext& ctx = model.ctx();
   TE_CHECK_HINT(!ctx.training, "the model graph runs the inference forward, and this model keeps training state",
                 "build it from a model with run.mode: infer; training steps run as models/train_graph.h");
-  if (options.cuda_graph) {  // checked before the pool is made (a CPU model must get this error, not the pool's)
-    TE_CHECK_HINT(ctx.device.is_cuda(), "CUDA graph replay on " << ctx.device.str(),
-                  "replay needs a CUDA device; run the forward without --cuda-graph on the CPU");
-    TE_CHECK_HINT(ctx.world() == 1, "CUDA graph replay with tp = " << ctx.world(),
-                  "the local communicator's rank threads cannot be captured; use tp: 1 or run.cuda_graph: false");
-    TE_CHECK_HINT(!options.profile, "CUDA graph replay with per-node profiling",
-                  "a captured forward has no node boundaries: profile without cuda_graph");
-  }
+  if (options.cuda_graph) check_replay("the forward", options.profile);
   build();
   start(model_value_held_by_binding, options.overlap,
         [&](ExecOptions& eo, const Plan&) { eo.profile = options.profile; });

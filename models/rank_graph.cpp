@@ -35,6 +35,16 @@ void RankGraph::start(std::function<bool(const Graph&, const Value&)> held, bool
   for (const auto& [v, t] : params_) exec_->bind(v, t);
 }
 
+void RankGraph::check_replay(const char* what, bool profile) const {
+  const RankContext& ctx = model_.ctx();
+  TE_CHECK_HINT(ctx.device.is_cuda(), "CUDA graph replay of " << what << " on " << ctx.device.str(),
+                "replay needs a CUDA device; set run.cuda_graph: false (or leave --cuda-graph off) on the CPU");
+  TE_CHECK_HINT(ctx.world() == 1, "CUDA graph replay of " << what << " with tp = " << ctx.world(),
+                "the local communicator's rank threads cannot be captured; use tp: 1 or run.cuda_graph: false");
+  TE_CHECK_HINT(!profile, "CUDA graph replay of " << what << " with per-node profiling",
+                "a captured graph has no node boundaries: profile without cuda_graph");
+}
+
 std::vector<NodeTime> RankGraph::node_times() const {
   const Plan& plan = exec_->plan();
   const std::vector<double> ms = exec_->step_ms();

@@ -45,6 +45,10 @@ class RankGraph {
   ~RankGraph() = default;
   // The type of this rank's input x [local_tokens, H] in the model dtype (split over the ranks under SP).
   ValueType input_type() const;
+  // Refuses CUDA-graph replay of `what` ("the forward", "the training step") where it cannot work: off a GPU, at
+  // tp > 1 (the local communicator's rank threads are not captured), with per-node profiling. Checked before the
+  // replay's pool is made, so a CPU model gets this error rather than the pool's.
+  void check_replay(const char* what, bool profile) const;
   // Plans graph_ (values `held` says the binding holds get no arena bytes) and starts the executor with params_
   // bound; `tune` adjusts the executor's options first.
   void start(std::function<bool(const Graph&, const Value&)> held, bool overlap,

@@ -24,16 +24,11 @@ TrainGraph::TrainGraph(RankModel& model, int64_t local_tokens, DType target_dtyp
   RankContext& ctx = model.ctx();
   TE_CHECK_HINT(ctx.training, "the training graph needs a model that keeps training state",
                 "build the model with run.mode: train");
-  if (options.cuda_graph) {  // checked before anything is allocated for it
+  if (options.cuda_graph) {
     TE_CHECK_HINT(options.kind == TrainGraphOptions::Kind::step,
                   "CUDA graph replay of a training graph of another kind",
                   "only the training step (forward, backward, optimizer) is captured");
-    TE_CHECK_HINT(ctx.device.is_cuda(), "CUDA graph replay of the training step on " << ctx.device.str(),
-                  "replay needs a CUDA device; train without run.cuda_graph on the CPU");
-    TE_CHECK_HINT(ctx.world() == 1, "CUDA graph replay of the training step with tp = " << ctx.world(),
-                  "the local communicator's rank threads cannot be captured; use tp: 1 or run.cuda_graph: false");
-    TE_CHECK_HINT(!options.profile, "CUDA graph replay with per-node profiling",
-                  "a captured step has no node boundaries: profile without cuda_graph");
+    check_replay("the training step", options.profile);
     ctx.keep_weight_values = true;
   }
   binding_.model = &model;
