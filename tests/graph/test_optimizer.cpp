@@ -165,6 +165,49 @@ TEST(Optimizer, MultiTensorBadSlotNamesTheTensor) {
   EXPECT_NO_THROW(sgd_momentum_step(slots, SgdConfig{}));  // SGD has no second state
 }
 
+// A step skipped on the device (OptimizerStep::skip, a non-finite loss): masters and moments stay, every gradient
+// becomes 0 and every model-dtype copy is written from its master; with update off and no skip nothing changes; the
+// scalars read from memory give adamw_step's bytes. On a GPU (when present) the same bytes as the CPU.
+ModelLikeParams skipped_and_stepped(Device device) {
+  ModelLikeParams p = model_like_params(DType::f32, DType::bf16, device);
+  for (Tensor& v : p.value) v.fill(7.0);  // stale copies: the skip must rewrite them
+  const OptimizerScalars host_scalars = adamw_scalars(1, {});
+  Tensor scalars = Tensor::borrow(const_cast<OptimizerScalars*>(&host_scalars), {int64_t{sizeof host_scalars}},
+                                  DType::u8, Device::cpu())
+                       .to(device);
+  Tensor flag = Tensor::from_f32({1.f}, {1}, DType::i32).to(device);
+  const auto* sp = static_cast<const OptimizerScalars*>(scalars.data_ptr());
+  const ModelLikeParams before = model_like_params(DType::f32, DType::bf16);
+  optimizer_step(p.slots(), {OptimizerKind::adamw, sp, flag.data<int32_t>(), true});
+  for (size_t i = 0; i < p.master.size(); ++i) {
+    EXPECT_TRUE(test_ops::bit_equal(p.master[i].to(Device::cpu()), before.master[i])) << i;
+    EXPECT_TRUE(test_ops::bit_equal(p.m[i].to(Device::cpu()), before.m[i])) << i;
+    EXPECT_EQ(p.grad[i].to(Device::cpu()).to_f32_vector(), std::vector<float>(p.grad[i].numel(), 0.f)) << i;
+    EXPECT_TRUE(test_ops::bit_equal(p.value[i].to(Device::cpu()), cast(before.master[i], DType::bf16))) << i;
+  }
+  // Fresh gradients; no skip, no update: nothing moves. Then the update itself, as adamw_step does it.
+  p = model_like_params(DType::f32, DType::bf16, device);
+  flag.fill(0.0);
+  optimizer_step(p.slots(), {OptimizerKind::adamw, sp, flag.data<int32_t>(), false});
+  for (size_t i = 0; i < p.master.size(); ++i)
+    EXPECT_TRUE(test_ops::bit_equal(p.master[i].to(Device::cpu()), before.master[i])) << i;
+  optimizer_step(p.slots(), {OptimizerKind::adamw, sp, flag.data<int32_t>(), true});
+  ModelLikeParams ref = model_like_params(DType::f32, DType::bf16);
+  adamw_step(ref.slots(), 1, {});
+  for (size_t i = 0; i < p.master.size(); ++i) {
+    EXPECT_TRUE(test_ops::bit_equal(p.master[i].to(Device::cpu()), ref.master[i])) << i;
+    EXPECT_TRUE(test_ops::bit_equal(p.value[i].to(Device::cpu()), ref.value[i])) << i;
+  }
+  return p;
+}
+
+TEST(Optimizer, SkippedStepZeroesGradientsAndKeepsTheModel) { (void)skipped_and_stepped(Device::cpu()); }
+
+TEST(OptimizerGpu, SkippedStepOnTheDevice) {
+  TE_REQUIRE_GPU();
+  (void)skipped_and_stepped(Device::cuda(0));
+}
+
 TEST(OptimizerGpu, MultiTensorCudaEqualsCpuBitForBit) {
   TE_REQUIRE_GPU();
   for (DType gt : {DType::f32, DType::bf16})

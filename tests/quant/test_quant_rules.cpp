@@ -128,6 +128,34 @@ TEST(QuantRules, DelayedScalingHistory) {
   EXPECT_EQ(f32_at(r.delayed().scale, 0), 224.f);  // 448 / 2 / 1
 }
 
+// A training step skipped on the device (a non-finite loss): its update only drops the step amax, leaving history,
+// count and scale as if nothing had been quantized; the next step folds as usual. set_delayed writes in place.
+TEST(QuantRules, DelayedScalingSkippedStepDropsTheAmax) {
+  QuantizerConfig c = qtest::cfg_of(QuantFormat::fp8_per_tensor);
+  c.scaling = ScalingKind::delayed;
+  c.amax_history_len = 2;
+  Quantizer q(c);
+  const int32_t skip = 1, go = 0;
+  q.quantize(Tensor::from_f32({4.f}, {1, 1}, DType::f32), Usage::rowwise);
+  q.update_scale_after_step(Stream(), {}, &go);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 112.f);
+  q.quantize(Tensor::from_f32({NAN, 64.f}, {1, 2}, DType::f32), Usage::rowwise);  // the skipped step's garbage
+  q.update_scale_after_step(Stream(), {}, &skip);
+  EXPECT_EQ(f32_at(q.delayed().step_amax, 0), 0.f);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 112.f);
+  EXPECT_EQ(q.delayed().count.data<int64_t>()[0], 1);
+  q.quantize(Tensor::from_f32({2.f}, {1, 1}, DType::f32), Usage::rowwise);
+  q.update_scale_after_step(Stream(), {}, &go);
+  EXPECT_EQ(q.delayed().amax_history.to_f32_vector(), (std::vector<float>{4.f, 2.f}));
+  // In place: the buffers keep their addresses (a captured step reads them), the values are the given state's.
+  const void* history = q.delayed().amax_history.data_ptr();
+  const DelayedScaling fresh = DelayedScaling::fresh(2, Device::cpu());
+  q.set_delayed(fresh, Device::cpu());
+  EXPECT_EQ(q.delayed().amax_history.data_ptr(), history);
+  EXPECT_EQ(f32_at(q.delayed().scale, 0), 1.f);
+  EXPECT_EQ(q.delayed().count.data<int64_t>()[0], 0);
+}
+
 TEST(QuantRules, HadamardIsOrthogonalAndMatchesMatrix) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     float v[16], y[16], y_ref[16], back[16];
