@@ -40,20 +40,15 @@ __global__ void optimizer_kernel(const __grid_constant__ SlotTable table, Optimi
   const bool skipped = skip != nullptr && *skip != 0;
   if (!skipped && !update) return;
   const int64_t units = table.first_unit[table.count];
-  if (skipped) {
-    for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < units; u += int64_t{gridDim.x} * blockDim.x) {
-      const int k = slot_of(table, u);
-      const SlotPtrs& t = table.slot[k];
-      const int64_t i0 = (u - table.first_unit[k]) * kVec;
-      for (int64_t i = i0; i < std::min<int64_t>(i0 + kVec, t.n); ++i) skip_element(t, i);
-    }
-    return;
-  }
-  const OptimizerScalars s = *scalars;
+  const OptimizerScalars s = skipped ? OptimizerScalars{} : *scalars;  // a skipped step reads none
   for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < units; u += int64_t{gridDim.x} * blockDim.x) {
     const int k = slot_of(table, u);
     const SlotPtrs& t = table.slot[k];
     const int64_t i0 = (u - table.first_unit[k]) * kVec;
+    if (skipped) {
+      for (int64_t i = i0; i < std::min<int64_t>(i0 + kVec, t.n); ++i) skip_element(t, i);
+      continue;
+    }
     if (table.aligned[k] && i0 + kVec <= t.n && t.gt == DType::f32 && kind == OptimizerKind::adamw) {
       float4 p = *reinterpret_cast<const float4*>(t.p + i0);
       const float4 g = *reinterpret_cast<const float4*>(static_cast<const float*>(t.g) + i0);

@@ -51,12 +51,7 @@ Tensor ModelGraph::forward(const Tensor& x) {
   if (!replay_) return run(x);
   Replay& r = *replay_;
   const Stream& st = model_.ctx().stream;
-  TE_CHECK_HINT(x.defined() && x.shape() == r.input.shape() && x.dtype() == r.input.dtype() &&
-                    x.device() == r.input.device(),
-                "replayed forward: input " << (x.defined() ? x.str() : std::string("undefined")) << ", captured for "
-                                           << r.input.str(),
-                "give an input of the captured shape and dtype on " << r.input.device().str());
-  if (x.data_ptr() != r.input.data_ptr()) r.input.copy_from(x, st);
+  copy_into_captured(r.input, x, "replayed forward: input", st);
   if (!r.graph.captured()) {
     (void)run(r.input);
     PoolScope scope(r.pool);

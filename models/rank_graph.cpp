@@ -45,6 +45,14 @@ void RankGraph::check_replay(const char* what, bool profile) const {
                 "a captured graph has no node boundaries: profile without cuda_graph");
 }
 
+void RankGraph::copy_into_captured(Tensor& dst, const Tensor& src, const char* what, const Stream& stream) {
+  TE_CHECK_HINT(
+      src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() && src.device() == dst.device(),
+      what << " " << (src.defined() ? src.str() : std::string("undefined")) << ", captured for " << dst.str(),
+      "give a tensor of the captured shape and dtype on " << dst.device().str());
+  if (src.data_ptr() != dst.data_ptr()) dst.copy_from(src, stream);
+}
+
 std::vector<NodeTime> RankGraph::node_times() const {
   const Plan& plan = exec_->plan();
   const std::vector<double> ms = exec_->step_ms();

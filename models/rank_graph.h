@@ -49,6 +49,9 @@ class RankGraph {
   // tp > 1 (the local communicator's rank threads are not captured), with per-node profiling. Checked before the
   // replay's pool is made, so a CPU model gets this error rather than the pool's.
   void check_replay(const char* what, bool profile) const;
+  // A replay reads its own buffers: `src` must have the shape, dtype and device of the captured buffer `dst` (an
+  // Error naming `what`, e.g. "replayed forward: input", otherwise) and is copied into it on `stream` unless it is it.
+  static void copy_into_captured(Tensor& dst, const Tensor& src, const char* what, const Stream& stream);
   // Plans graph_ (values `held` says the binding holds get no arena bytes) and starts the executor with params_
   // bound; `tune` adjusts the executor's options first.
   void start(std::function<bool(const Graph&, const Value&)> held, bool overlap,

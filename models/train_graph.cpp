@@ -104,7 +104,8 @@ float TrainGraph::run(const Tensor& x, const Tensor& target) {
   // Bound each step: the caller's tensors (names the value and the fix on a shape mismatch).
   exec_->bind(input_, x.is_contiguous() ? x : x.contiguous());
   if (target_ >= 0) exec_->bind(target_, target.is_contiguous() ? target : target.contiguous());
-  control_.upload(model_.ctx().stream);  // the executor's compute stream: before its first node
+  // The scalars only an updating optimizer reads, on the executor's compute stream before its first node.
+  if (options_.kind == TrainGraphOptions::Kind::step) control_.upload(model_.ctx().stream);
   exec_->run();
   exec_->synchronize();
   for (auto& v : binding_.held) v.reset();
@@ -114,16 +115,8 @@ float TrainGraph::run(const Tensor& x, const Tensor& target) {
 float TrainGraph::replayed_step(const Tensor& x, const Tensor& target) {
   Replay& r = *replay_;
   const Stream& st = model_.ctx().stream;
-  auto take = [&](Tensor& dst, const Tensor& src, const char* what) {
-    TE_CHECK_HINT(
-        src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() && src.device() == dst.device(),
-        "replayed training step: " << what << " " << (src.defined() ? src.str() : std::string("undefined"))
-                                   << ", captured for " << dst.str(),
-        "give a " << what << " of the captured shape and dtype on " << dst.device().str());
-    if (src.data_ptr() != dst.data_ptr()) dst.copy_from(src, st);
-  };
-  take(r.x, x, "input");
-  take(r.target, target, "target");
+  copy_into_captured(r.x, x, "replayed training step: input", st);
+  copy_into_captured(r.target, target, "replayed training step: target", st);
   if (!r.graph.captured()) {
     if (r.uncaptured++ == 0) return run(r.x, r.target);  // allocates what outlives the capture, outside the pool
     PoolScope scope(r.pool);
