@@ -135,7 +135,17 @@ TE_HD uint8_t minifloat_from_f32(float f, MiniFloat fmt) {
 
 TE_HD uint8_t e4m3_from_f32(float f) { return minifloat_from_f32(f, kE4M3); }
 TE_HD uint8_t e5m2_from_f32(float f) { return minifloat_from_f32(f, kE5M2); }
-TE_HD uint8_t e2m1_from_f32(float f) { return minifloat_from_f32(f, kE2M1); }
+// E2M1 has seven magnitudes above zero, so round-to-nearest-even is a count of the midpoints |f| passes; a midpoint
+// itself goes to the neighbour with the even code (0.25 → 0, 0.75 → 1.0, 1.25 → 1.0, 1.75 → 2, 2.5 → 2, 3.5 → 4,
+// 5 → 4). The same codes as minifloat_from_f32(f, kE2M1), in a handful of compares (the NVFP4 kernels call it for
+// every element); NaN → 0x7 without its sign, as there.
+TE_HD uint8_t e2m1_from_f32(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
+  const float a = f32_from_bits(u & 0x7FFFFFFFu);
+  const uint32_t mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>(((u >> 28) & 0x8u) | mag);
+}
 TE_HD float e4m3_to_f32(uint8_t c) { return minifloat_to_f32(c, kE4M3); }
 TE_HD float e5m2_to_f32(uint8_t c) { return minifloat_to_f32(c, kE5M2); }
 TE_HD float e2m1_to_f32(uint8_t c) { return minifloat_to_f32(c & 0xF, kE2M1); }

@@ -67,20 +67,22 @@ TE_HD float nvfp4_encode_factor(uint8_t block_scale_code, float s_dec) {
 }
 
 // Stochastic rounding to e2m1 with a uniform u in [0, 1) (24 bits, exact): between the two neighbouring
-// magnitudes lo <= |x| < hi, round up with probability (|x| - lo) / (hi - lo). Both the difference and the
-// division by the power-of-two gap are exact, so E[q] = x up to the 2^-24 resolution of u. NaN → +6 (as RN);
-// |x| >= 6 saturates; the sign is kept (so -0 stays -0).
+// magnitudes lo <= |x| < hi, round up with probability (|x| - lo) / (hi - lo). With the power-of-two gap g of |x|'s
+// binade, t = |x| / g is exact (a multiply by 1/g) and so is its fraction t - floor(t), so E[q] = x up to the 2^-24
+// resolution of u. NaN → +6 (as RN); |x| >= 6 saturates; the sign is kept (so -0 stays -0).
 TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
   const uint32_t bits = f32_bits(x);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
   const uint8_t sign = static_cast<uint8_t>((bits >> 28) & 0x8u);
   const float a = fabsf(x);
   if (a >= 6.0f) return sign | 0x7;
-  const float gap = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
-  const float lo = floorf(a / gap) * gap;  // a / gap and the product are exact (gap is a power of two)
-  const float p = (a - lo) / gap;
-  const float q = u < p ? lo + gap : lo;
-  return static_cast<uint8_t>(sign | e2m1_from_f32(q));
+  // Gap 0.5 below 2 (codes 0..4 are 0, 0.5, .., 2), 1 in [2, 4) (codes 4..6 are 2, 3, 4 = t + 2), 2 in [4, 6)
+  // (codes 6, 7 are 4, 6 = t + 4): the code is the rounded t plus the binade's offset.
+  const float inv_gap = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  const uint32_t offset = a < 2.0f ? 0u : (a < 4.0f ? 2u : 4u);
+  const float t = a * inv_gap, lo = floorf(t);
+  const uint32_t up = u < t - lo ? 1u : 0u;
+  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(lo) + up + offset));
 }
 // The Philox block of element `index` of copy `copy` (0 row-wise, 1 column-wise): elements 4i .. 4i+3 share it,
 // word index & 3 each (kernels that own 4 aligned elements draw it once).

@@ -123,6 +123,30 @@ TEST(FloatConvert, RandomInputsMatchOracle) {
   }
 }
 
+// e2m1_from_f32 counts midpoints instead of going through minifloat_from_f32: the same code for every f32 near the
+// format's range (each bit pattern of |x| < 8, both signs, sampled every 251st) and everywhere else (sampled), with
+// each midpoint and its two neighbouring floats against the table oracle.
+TEST(FloatConvert, E2m1EqualsTheGenericRounding) {
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 251) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    const uint32_t mag = bits & 0x7FFFFFFFu;
+    if (mag >= 0x41000000u && (bits % 4099) != 0) continue;  // |x| >= 8 (and NaN): sampled more sparsely
+    const float x = f32_from_bits(bits);
+    ASSERT_EQ(e2m1_from_f32(x), minifloat_from_f32(x, kE2M1)) << "bits 0x" << std::hex << bits;
+  }
+  const Fmt& f = kFormats[2];
+  for (int c = 0; c < 7; ++c) {
+    const float mid = (e2m1_to_f32(static_cast<uint8_t>(c)) + e2m1_to_f32(static_cast<uint8_t>(c + 1))) / 2;
+    for (float x : {std::nextafter(mid, 0.f), mid, std::nextafter(mid, 8.f)}) {
+      EXPECT_EQ(e2m1_from_f32(x), oracle_encode(f, x)) << x;
+      EXPECT_EQ(e2m1_from_f32(-x), oracle_encode(f, -x)) << -x;
+    }
+  }
+  EXPECT_EQ(e2m1_from_f32(-0.f), 0x8);
+  EXPECT_EQ(e2m1_from_f32(-INFINITY), 0xF);
+  EXPECT_EQ(e2m1_from_f32(-NAN), 0x7);
+}
+
 TEST(FloatConvert, Bf16) {
   EXPECT_EQ(bf16_from_f32(1.f), 0x3F80);
   EXPECT_EQ(bf16_from_f32(1.f + std::ldexp(1.f, -8)), 0x3F80);       // tie → even

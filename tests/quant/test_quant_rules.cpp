@@ -204,6 +204,36 @@ TEST(QuantRules, StochasticRoundingUnbiasedAndReproducible) {
       << "another seed differs";
 }
 
+// e2m1_from_f32_sr multiplies by the binade's inverse gap and builds the code from the rounded quotient; the
+// definition it replaces divided by the gap and encoded the chosen value. Both must give the same code for every x
+// and u: each f32 of |x| < 8 (every 1021st bit pattern, both signs) against uniforms at 0, just below and at the
+// fraction where rounding up starts, and the largest one.
+uint8_t e2m1_sr_by_division(float x, float u) {
+  if (std::isnan(x)) return 0x7;
+  const uint8_t sign = std::signbit(x) ? 0x8 : 0x0;
+  const float a = std::fabs(x);
+  if (a >= 6.0f) return sign | 0x7;
+  const float gap = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  const float lo = std::floor(a / gap) * gap;
+  const float p = (a - lo) / gap;
+  return static_cast<uint8_t>(sign | e2m1_from_f32(u < p ? lo + gap : lo));
+}
+
+TEST(QuantRules, StochasticRoundingEqualsTheDivisionForm) {
+  for (uint32_t bits = 0; bits < 0x41000000u; bits += 1021) {
+    const float a = f32_from_bits(bits);
+    const float gap = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+    const float p = a / gap - std::floor(a / gap);
+    for (float u : {0.0f, std::nextafter(p, 0.0f), p, std::nextafter(p, 1.0f), 1.0f - 0x1p-24f}) {
+      if (!(u >= 0.0f && u < 1.0f)) continue;
+      ASSERT_EQ(e2m1_from_f32_sr(a, u), e2m1_sr_by_division(a, u)) << a << " u " << u;
+      ASSERT_EQ(e2m1_from_f32_sr(-a, u), e2m1_sr_by_division(-a, u)) << -a << " u " << u;
+    }
+  }
+  EXPECT_EQ(e2m1_from_f32_sr(NAN, 0.5f), 0x7);
+  EXPECT_EQ(e2m1_from_f32_sr(-INFINITY, 0.5f), 0xF);
+}
+
 TEST(QuantRules, CanGatherQuantizedTable) {
   struct Row {
     QuantFormat f;
