@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/memory_trace.h"
 #include "te_config.h"
 #if TE_WITH_CUDA
 #include "engine/cuda_check.h"
@@ -19,10 +20,17 @@ constexpr size_t kHostAlign = 64;
 struct Accounting {
   std::mutex mu;
   MemoryStats stats;
-  void on_alloc(size_t bytes) {
+  MemoryTrace trace;  // filled only while memory_trace_enabled()
+  void on_alloc(void* p, size_t bytes) {
     stats.current_bytes += static_cast<int64_t>(bytes);
-    if (stats.current_bytes > stats.peak_bytes) stats.peak_bytes = stats.current_bytes;
+    const bool new_peak = stats.current_bytes > stats.peak_bytes;
+    if (new_peak) stats.peak_bytes = stats.current_bytes;
     ++stats.alloc_calls;
+    if (memory_trace_enabled()) trace.on_alloc(p, static_cast<int64_t>(bytes), new_peak);
+  }
+  void on_free(void* p, size_t bytes) {
+    stats.current_bytes -= static_cast<int64_t>(bytes);
+    trace.on_free(p);
   }
 };
 
@@ -88,7 +96,7 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
     if (!p) TE_THROW("host out of memory: requested " << bytes << " bytes", "reduce tokens or model size");
     auto& a = host_accounting();
     std::lock_guard<std::mutex> lock(a.mu);
-    a.on_alloc(bytes);
+    a.on_alloc(p, bytes);
     ++a.stats.device_allocs;
     return p;
   }
@@ -101,7 +109,7 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
     void* p = it->second.back();
     it->second.pop_back();
     c.acct.stats.cached_bytes -= static_cast<int64_t>(block);
-    c.acct.on_alloc(block);
+    c.acct.on_alloc(p, block);
     return p;
   }
   set_current_device(device);
@@ -128,7 +136,7 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream) {
                                       << " held by teengine)",
              "reduce run.tokens or the model size, or free the GPU");
   }
-  c.acct.on_alloc(block);
+  c.acct.on_alloc(p, block);
   ++c.acct.stats.device_allocs;
   if (c.active_pool) {
     c.pool_owner[p] = c.active_pool;
@@ -148,7 +156,7 @@ void device_free(Device device, void* ptr, size_t bytes, const Stream& stream) {
     std::free(ptr);
     auto& a = host_accounting();
     std::lock_guard<std::mutex> lock(a.mu);
-    a.stats.current_bytes -= static_cast<int64_t>(bytes);
+    a.on_free(ptr, bytes);
     return;
   }
 #if TE_WITH_CUDA
@@ -156,40 +164,45 @@ void device_free(Device device, void* ptr, size_t bytes, const Stream& stream) {
   size_t block = round_block(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(c.acct.mu);
   c.free_blocks[c.free_key(ptr, stream.handle(), block)].push_back(ptr);
-  c.acct.stats.current_bytes -= static_cast<int64_t>(block);
+  c.acct.on_free(ptr, block);
   c.acct.stats.cached_bytes += static_cast<int64_t>(block);
 #else
   (void)stream;
 #endif
 }
 
-MemoryStats memory_stats(Device device) {
-  if (device.is_cpu()) {
-    auto& a = host_accounting();
-    std::lock_guard<std::mutex> lock(a.mu);
-    return a.stats;
-  }
+namespace {
+// The accounting of `device` (none for a CUDA device in a build without CUDA).
+Accounting* accounting(Device device) {
+  if (device.is_cpu()) return &host_accounting();
 #if TE_WITH_CUDA
-  auto& c = cuda_cache(device.index);
-  std::lock_guard<std::mutex> lock(c.acct.mu);
-  return c.acct.stats;
+  return &cuda_cache(device.index).acct;
 #else
-  return {};
+  return nullptr;
 #endif
+}
+}  // namespace
+
+MemoryStats memory_stats(Device device) {
+  Accounting* a = accounting(device);
+  if (!a) return {};
+  std::lock_guard<std::mutex> lock(a->mu);
+  return a->stats;
 }
 
 void reset_peak_memory(Device device) {
-  if (device.is_cpu()) {
-    auto& a = host_accounting();
-    std::lock_guard<std::mutex> lock(a.mu);
-    a.stats.peak_bytes = a.stats.current_bytes;
-    return;
-  }
-#if TE_WITH_CUDA
-  auto& c = cuda_cache(device.index);
-  std::lock_guard<std::mutex> lock(c.acct.mu);
-  c.acct.stats.peak_bytes = c.acct.stats.current_bytes;
-#endif
+  Accounting* a = accounting(device);
+  if (!a) return;
+  std::lock_guard<std::mutex> lock(a->mu);
+  a->stats.peak_bytes = a->stats.current_bytes;
+  a->trace.on_peak_reset();
+}
+
+std::vector<LabelledBytes> memory_at_peak(Device device) {
+  Accounting* a = accounting(device);
+  if (!a) return {};
+  std::lock_guard<std::mutex> lock(a->mu);
+  return a->trace.at_peak();
 }
 
 void empty_cache(Device device) {

@@ -4,8 +4,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/device.h"
+#include "engine/memory_trace.h"
 #include "engine/stream.h"
 
 namespace te {
@@ -23,6 +25,9 @@ void* device_allocate(Device device, size_t bytes, const Stream& stream);
 void device_free(Device device, void* ptr, size_t bytes, const Stream& stream);
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
+// The live bytes at the last peak (or reset) by MemoryScope label, most first; empty unless memory_trace_enabled()
+// was on while the peak's blocks were allocated (engine/memory_trace.h).
+std::vector<LabelledBytes> memory_at_peak(Device device);
 // Returns cached CUDA blocks to the driver.
 void empty_cache(Device device);
 

@@ -5,6 +5,7 @@
 
 #include "engine/cuda_graph.h"
 #include "engine/error.h"
+#include "engine/memory_trace.h"
 #include "graph/host_stream.h"
 #include "te_config.h"
 #if TE_WITH_CUDA
@@ -37,6 +38,7 @@ struct Executor::Impl {
   void launch(const Graph& g, int node_id, const Stream& stream) {
     const Node& n = g.node(node_id);
     KernelCall call{n, node_in[static_cast<size_t>(node_id)], node_out[static_cast<size_t>(node_id)], stream, opt.env};
+    MemoryScope scope(n.name);  // what the node allocates is its own in a memory trace
     n.op->run(call);
     if (opt.env.after_node) opt.env.after_node(node_id, stream);
   }

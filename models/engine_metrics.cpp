@@ -104,6 +104,9 @@ std::string Engine::metrics_json() const {
     peak = te::memory_stats(m.device()).peak_bytes;
     rss = peak_rss_bytes();
   }
+  nlohmann::json at_peak = nlohmann::json::array();  // TEENGINE_MEMORY_TRACE: who held the device peak
+  for (const te::LabelledBytes& l : te::memory_at_peak(m.device()))
+    at_peak.push_back({{"label", l.label}, {"bytes", l.bytes}, {"blocks", l.blocks}});
   nlohmann::json eval = nlohmann::json::array();
   for (const auto& [s, l] : h.evals()) eval.push_back({{"step", s}, {"loss", l}});
   nlohmann::json j = {
@@ -125,6 +128,7 @@ std::string Engine::metrics_json() const {
       {"peak_bytes", peak},
       {"peak_rss_bytes", rss},
       {"per_process", ranks},
+      {"memory_at_peak", at_peak},
       {"loss", h.losses()},
       {"lr", h.lrs()},
       {"first_step", m.first_step},
@@ -132,8 +136,10 @@ std::string Engine::metrics_json() const {
       {"eval_loss", h.evals().empty() ? nlohmann::json(nullptr) : nlohmann::json(h.evals().back().second)},
       {"batching", batching},
       {"comm",
-       {{"gather", {{"quantized", pc(c.gather_quantized)}, {"fallback", pc(c.gather_fallback)},
-                    {"high_precision", pc(c.gather_hp)}}},
+       {{"gather",
+         {{"quantized", pc(c.gather_quantized)},
+          {"fallback", pc(c.gather_fallback)},
+          {"high_precision", pc(c.gather_hp)}}},
         {"reduce_scatter", pc(c.reduce_scatter)},
         {"all_reduce", pc(c.all_reduce)}}},
   };

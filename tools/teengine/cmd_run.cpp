@@ -169,6 +169,13 @@ int run(const RunOptions& o) {
               static_cast<long long>(g["quantized"]["bytes"].get<int64_t>()),
               static_cast<long long>(g["fallback"]["calls"].get<int64_t>()),
               static_cast<long long>(g["fallback"]["bytes"].get<int64_t>()));
+  const auto& at_peak = metrics["memory_at_peak"];  // TEENGINE_MEMORY_TRACE=1: who held the device's peak
+  for (size_t i = 0; i < at_peak.size() && i < 16; ++i)
+    std::printf("memory at the peak: %9.2f MiB in %3lld block(s) allocated by %s\n",
+                static_cast<double>(at_peak[i]["bytes"].get<int64_t>()) / (1 << 20),
+                static_cast<long long>(at_peak[i]["blocks"].get<int64_t>()),
+                at_peak[i]["label"].get<std::string>().c_str());
+  if (at_peak.size() > 16) std::printf("memory at the peak: %zu more labels in --json\n", at_peak.size() - 16);
   if (!o.output.empty()) {
     Tensor t = from_host(host_out);
     outputs.stage("--output", [&](const std::string& tmp) {
