@@ -39,9 +39,8 @@ void MemoryTrace::snapshot() {
   std::map<std::string, LabelledBytes> by_label;
   for (const auto& [p, b] : live_) {
     LabelledBytes& l = by_label[b.label];
-    l.label = b.label;
+    if (l.blocks++ == 0) l.label = b.label;  // the label copied once per label, not once per block
     l.bytes += b.bytes;
-    ++l.blocks;
   }
   at_peak_.clear();
   for (auto& [label, l] : by_label) at_peak_.push_back(std::move(l));

@@ -188,7 +188,9 @@ class Engine {
   // took step_ms in (le_ms[i-1], le_ms[i]] (not cumulative); null is +infinity. `batching`: {"enabled"} and, when
   // on, "batches", "requests", "padded_tokens" and the histograms "requests_per_batch" and "tokens_per_batch" (same
   // form, keys "le" and "sum"). `comm` counts every gather and reduction since the engine was built; `peak_bytes`
-  // and `per_process` are as of the last step. Safe to call while other threads run forward().
+  // and `per_process` are as of the last step. `memory_at_peak` [{label, bytes, blocks}]: with TEENGINE_MEMORY_TRACE=1
+  // in the environment, the live device bytes at the allocator's peak by the graph node that allocated them (most
+  // first); empty otherwise. Safe to call while other threads run forward().
   std::string metrics_json() const;
   double last_step_ms() const;  // the last entry of step_ms (0 before the first step)
   std::string explain() const;       // the plan, as `teengine run --explain` prints it

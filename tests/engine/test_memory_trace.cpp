@@ -16,17 +16,17 @@ int64_t bytes_of(const std::vector<LabelledBytes>& at_peak, const std::string& l
   return 0;
 }
 
-class TraceOn {  // tracing for one test, whatever the environment said
+class TraceSetting {  // tracing on or off for one test, whatever the environment said
  public:
-  TraceOn() : was_(memory_trace_enabled()) { set_memory_trace(true); }
-  ~TraceOn() { set_memory_trace(was_); }
+  explicit TraceSetting(bool on) : was_(memory_trace_enabled()) { set_memory_trace(on); }
+  ~TraceSetting() { set_memory_trace(was_); }
 
  private:
   bool was_;
 };
 
 TEST(MemoryTrace, ThePeakIsAttributedToTheScopesThatAllocated) {
-  TraceOn on;
+  TraceSetting on(true);
   const Device cpu = Device::cpu();
   const std::string weights = "weights", act = "activations", inner = "activations/inner";
   Tensor w, a;
@@ -64,8 +64,7 @@ TEST(MemoryTrace, ThePeakIsAttributedToTheScopesThatAllocated) {
 }
 
 TEST(MemoryTrace, OffRecordsNothing) {
-  const bool was = memory_trace_enabled();
-  set_memory_trace(false);
+  TraceSetting off(false);
   reset_peak_memory(Device::cpu());
   const std::string label = "untraced";
   {
@@ -73,7 +72,6 @@ TEST(MemoryTrace, OffRecordsNothing) {
     Tensor t = Tensor::empty({4 << 20}, DType::u8, Device::cpu());
   }
   EXPECT_EQ(bytes_of(memory_at_peak(Device::cpu()), label), 0);
-  set_memory_trace(was);
 }
 
 }  // namespace
