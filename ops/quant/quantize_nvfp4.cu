@@ -5,9 +5,9 @@
 //                 one Philox block per 4 elements, the same words sr_uniform gives each element. With a fused
 //                 activation (GELU, ReLU) each loaded word becomes act_forward's rounded output first, and the
 //                 per-tensor amax was taken over those same values (quant_amax_cuda).
-//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes two
-//                 features and 32 tokens, i.e. two 16-token blocks of each feature, applies the Hadamard transform
-//                 to each full block, and writes its 16 codes as one 8-byte store.
+//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes one
+//                 feature and four of its 16-token blocks, applies the Hadamard transform to each full block, and
+//                 writes its 16 codes as one 8-byte store.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -104,12 +104,11 @@ __device__ __forceinline__ void park_tile(const QuantInput& x, int64_t m0, int64
   }
 }
 
-// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x. The bf16
-// image goes back into the thread's own 16 tile entries once their codes are known, and leaves after a barrier as
-// 16-byte stores of whole tile rows (x's [M, K] order), so no thread keeps a block's codes or image in registers
-// beyond the block it is on.
+// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x. A thread
+// takes one feature and four 16-token blocks of it, one block at a time, so it holds one block's values and codes;
+// the warp's 32 consecutive features make each image store one contiguous row segment of x's [M, K] order.
 template <bool kBf16>
-__global__ void __launch_bounds__(kTileThreads, 3) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
+__global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
   constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
   __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -119,18 +118,17 @@ __global__ void __launch_bounds__(kTileThreads, 3) nvfp4_columnwise_kernel(Quant
   const CopyLayout& L = col.layout;
   const float s_enc = nvfp4_global_encode_scale(out.col_amax ? *out.col_amax : 0.f);
   const float s_dec_image = image_s_dec(out.image, s_enc);
-  const bool bf16_image = out.col_image && out.image.dtype == DType::bf16;
-  const int cp = threadIdx.x % 64, qr = threadIdx.x / 64;
-  for (int g = 0; g < 2; ++g) {
-    const int r0 = qr * 32 + g * 16;  // first token of this block within the tile
+  const int cc = threadIdx.x % kTile;
+  const int64_t k = k0 + cc;
+  if (k >= x.K) return;  // no barrier follows
+  for (int g = 0; g < 4; ++g) {
+    const int r0 = (threadIdx.x / kTile) * 64 + g * 16;  // first token of this block within the tile
     const int64_t mg = m0 + r0;
     if (mg >= x.M) break;
     const int cnt = static_cast<int>(x.M - mg < 16 ? x.M - mg : 16);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int cc = 2 * cp + h;
-      const int64_t k = k0 + cc;
-      float v[16], y[16];
+    float y[16];
+    {
+      float v[16];
 #pragma unroll
       for (int j = 0; j < 16; ++j) v[j] = half_bits_to_f32<kBf16>(s[(r0 + j) * kTilePitch + cc]);
       if (p.rht && cnt == 16) {
@@ -139,57 +137,42 @@ __global__ void __launch_bounds__(kTileThreads, 3) nvfp4_columnwise_kernel(Quant
 #pragma unroll
         for (int j = 0; j < 16; ++j) y[j] = v[j];
       }
-      float a = 0.f;
+    }
+    float a = 0.f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
-      const BlockScale bs = block_scale(p, kIn, a, s_enc);
-      if (k < x.K) store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
-      const int64_t index = k * L.C + mg;  // the SR counter of the first element
-      const bool quads = (index & 3) == 0;  // then 4 consecutive elements share one Philox block
-      const float decoded = decoded_block_scale(p, bs);
-      uint32_t w[2] = {0, 0};  // codes j in nibble j of the 8 bytes (zero past the tokens)
+    for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
+    const BlockScale bs = block_scale(p, kIn, a, s_enc);
+    store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
+    const int64_t index = k * L.C + mg;   // the SR counter of the first element
+    const bool quads = (index & 3) == 0;  // then 4 consecutive elements share one Philox block
+    const float decoded = decoded_block_scale(p, bs);
+    uint32_t w[2] = {0, 0};  // code j in nibble j of the 8 bytes (zero past the tokens)
 #pragma unroll
-      for (int j = 0; j < 16; j += 4) {
-        Philox4 rnd{};
-        if (p.sr && quads) rnd = sr_block(p.seed, index + j, 1u);
+    for (int j = 0; j < 16; j += 4) {
+      Philox4 rnd{};
+      if (p.sr && quads) rnd = sr_block(p.seed, index + j, 1u);
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const float yv = y[j + t] * bs.factor;
-          uint32_t code = 0;
-          if (j + t < cnt) {
-            if (!p.sr) code = e2m1_from_f32(yv);
-            else code = e2m1_from_f32_sr(yv, quads ? uniform_from_bits(rnd.v[t]) : sr_uniform(p.seed, index + j + t, 1u));
-          }
-          w[(j + t) / 8] |= code << (4 * ((j + t) % 8));
-          if (out.col_image) {
-            const float img = image_value(p, static_cast<uint8_t>(code), decoded, s_dec_image);
-            if (bf16_image) s[(r0 + j + t) * kTilePitch + cc] = bf16_from_f32(img);
-            else if (k < x.K && j + t < cnt) store_f32(out.col_image, out.image.dtype, (mg + j + t) * x.K + k, img);
-          }
-        }
-      }
-      if (k >= x.K) continue;
-      // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
-      uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
-      if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; j += 2)  // constant bounds: w stays in registers
-          if (j < cnt) dst[j / 2] = static_cast<uint8_t>(w[j / 8] >> (4 * (j % 8)));
+      for (int t = 0; t < 4; ++t) {
+        if (j + t >= cnt) continue;
+        const float yv = y[j + t] * bs.factor;
+        uint32_t code;
+        if (!p.sr) code = e2m1_from_f32(yv);
+        else code = e2m1_from_f32_sr(yv, quads ? uniform_from_bits(rnd.v[t]) : sr_uniform(p.seed, index + j + t, 1u));
+        w[(j + t) / 8] |= code << (4 * ((j + t) % 8));
+        if (out.col_image)  // the image in x's [M, K] order: column k of token mg + j + t
+          store_f32(out.col_image, out.image.dtype, (mg + j + t) * x.K + k,
+                    image_value(p, static_cast<uint8_t>(code), decoded, s_dec_image));
       }
     }
-  }
-  if (!bf16_image) return;
-  __syncthreads();
+    // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
+    uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
+    if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+    } else {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {  // the tile's image, chunk by chunk as it was loaded (K % 8 == 0: whole chunks)
-    int rr, cc;
-    tile_chunk(i, threadIdx.x, rr, cc);
-    const int64_t m = m0 + rr, k = k0 + cc;
-    if (m < x.M && k < x.K)
-      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.col_image) + m * x.K + k) =
-          *reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cc]);
+      for (int j = 0; j < 16; j += 2)  // constant bounds: w stays in registers
+        if (j < cnt) dst[j / 2] = static_cast<uint8_t>(w[j / 8] >> (4 * (j % 8)));
+    }
   }
 }
 
@@ -263,7 +246,7 @@ bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, c
                                     const Stream& stream) {
   const bool eligible = p.format == QuantFormat::nvfp4_1d && p.columnwise && !p.rowwise &&
                         p.pre_act == QuantPreAct::none && tile_eligible(x) && !out.col.layout.store_transposed &&
-                        (reinterpret_cast<uintptr_t>(out.col_image) & 15) == 0;
+                        (reinterpret_cast<uintptr_t>(out.col_image) & 3) == 0;
   if (!eligible) return false;
   const dim3 grid = tile_grid(x);
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
