@@ -362,6 +362,7 @@ void quant_amax_cuda(const QuantInput& x, const QuantParams& p, float* amax_out,
     TE_CUDA_CHECK_LAUNCH();
     return;
   }
+  if (col_amax_out && nvfp4_rht_amax_cuda(x, amax_out, col_amax_out, stream)) return;
   amax_kernel<<<static_cast<unsigned>(blocks), 256, 0, st(stream)>>>(x, amax_out, col_amax_out);
   TE_CUDA_CHECK_LAUNCH();
 }

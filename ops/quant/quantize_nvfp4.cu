@@ -5,9 +5,9 @@
 //                 one Philox block per 4 elements, the same words sr_uniform gives each element. With a fused
 //                 activation (GELU, ReLU) each loaded word becomes act_forward's rounded output first, and the
 //                 per-tensor amax was taken over those same values (quant_amax_cuda).
-//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes two
-//                 features and 32 tokens, i.e. two 16-token blocks of each feature, applies the Hadamard transform
-//                 to each full block, and writes its 16 codes as one 8-byte store.
+//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes one
+//                 feature and four of its 16-token blocks, applies the Hadamard transform to each full block, and
+//                 writes its 16 codes as one 8-byte store.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -94,37 +94,41 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
   }
 }
 
-// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x.
+// Parks the 128x128 tile of 16-bit x at (m0, k0) in s (zeros outside x): eight 16-byte loads per thread.
+__device__ __forceinline__ void park_tile(const QuantInput& x, int64_t m0, int64_t k0, uint16_t* s) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    int rr, cc;
+    tile_chunk(i, threadIdx.x, rr, cc);
+    *reinterpret_cast<uint4*>(&s[rr * kTilePitch + cc]) = load_tile_chunk(x, m0, k0, i, threadIdx.x);
+  }
+}
+
+// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x. A thread
+// takes one feature and four 16-token blocks of it, one block at a time, so it holds one block's values and codes;
+// the warp's 32 consecutive features make each image store one contiguous row segment of x's [M, K] order.
 template <bool kBf16>
 __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
   constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
   __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int rr, cc;
-    tile_chunk(i, tid, rr, cc);
-    *reinterpret_cast<uint4*>(&s[rr * kTilePitch + cc]) = load_tile_chunk(x, m0, k0, i, tid);
-  }
+  park_tile(x, m0, k0, s);
   __syncthreads();
   const QuantCopyOut& col = out.col;
   const CopyLayout& L = col.layout;
   const float s_enc = nvfp4_global_encode_scale(out.col_amax ? *out.col_amax : 0.f);
   const float s_dec_image = image_s_dec(out.image, s_enc);
-  const int cp = tid % 64, qr = tid / 64;
-  for (int g = 0; g < 2; ++g) {
-    const int r0 = qr * 32 + g * 16;  // first token of this block within the tile
+  const int cc = threadIdx.x % kTile;
+  const int64_t k = k0 + cc;
+  if (k >= x.K) return;  // no barrier follows
+  for (int g = 0; g < 4; ++g) {
+    const int r0 = (threadIdx.x / kTile) * 64 + g * 16;  // first token of this block within the tile
     const int64_t mg = m0 + r0;
     if (mg >= x.M) break;
     const int cnt = static_cast<int>(x.M - mg < 16 ? x.M - mg : 16);
-    uint8_t q[2][16];
-    float img[2][16];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // unrolled, as every loop over q and img: they stay in registers
-      const int cc = 2 * cp + h;
-      const int64_t k = k0 + cc;
-      float v[16], y[16];
+    float y[16];
+    {
+      float v[16];
 #pragma unroll
       for (int j = 0; j < 16; ++j) v[j] = half_bits_to_f32<kBf16>(s[(r0 + j) * kTilePitch + cc]);
       if (p.rht && cnt == 16) {
@@ -133,62 +137,107 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
 #pragma unroll
         for (int j = 0; j < 16; ++j) y[j] = v[j];
       }
-      float a = 0.f;
+    }
+    float a = 0.f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
-      const BlockScale bs = block_scale(p, kIn, a, s_enc);
-      if (k < x.K) store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
-      const int64_t index = k * L.C + mg;  // the SR counter of the first element
-      const bool quads = (index & 3) == 0;  // then 4 consecutive elements share one Philox block
+    for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
+    const BlockScale bs = block_scale(p, kIn, a, s_enc);
+    store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
+    const int64_t index = k * L.C + mg;   // the SR counter of the first element
+    const bool quads = (index & 3) == 0;  // then 4 consecutive elements share one Philox block
+    const float decoded = decoded_block_scale(p, bs);
+    uint32_t w[2] = {0, 0};  // code j in nibble j of the 8 bytes (zero past the tokens)
 #pragma unroll
-      for (int j = 0; j < 16; j += 4) {
-        Philox4 rnd{};
-        if (p.sr && quads) rnd = sr_block(p.seed, index + j, 1u);
+    for (int j = 0; j < 16; j += 4) {
+      Philox4 rnd{};
+      if (p.sr && quads) rnd = sr_block(p.seed, index + j, 1u);
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const float yv = y[j + t] * bs.factor;
-          uint8_t code = 0;
-          if (j + t < cnt) {
-            if (!p.sr) code = e2m1_from_f32(yv);
-            else code = e2m1_from_f32_sr(yv, quads ? uniform_from_bits(rnd.v[t]) : sr_uniform(p.seed, index + j + t, 1u));
-          }
-          q[h][j + t] = code;
-        }
-      }
-      if (out.col_image) {
-        const float decoded = decoded_block_scale(p, bs);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) img[h][j] = image_value(p, q[h][j], decoded, s_dec_image);
-      }
-      if (k >= x.K) continue;
-      // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
-      uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
-      if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-        uint32_t w[2] = {0, 0};
-#pragma unroll
-        for (int j = 0; j < 16; ++j) w[j / 8] |= static_cast<uint32_t>(q[h][j]) << (4 * (j % 8));
-        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; j += 2)  // constant bounds: q stays in registers
-          if (j < cnt) dst[j / 2] = static_cast<uint8_t>(q[h][j] | (q[h][j + 1] << 4));
+      for (int t = 0; t < 4; ++t) {
+        if (j + t >= cnt) continue;
+        const float yv = y[j + t] * bs.factor;
+        uint32_t code;
+        if (!p.sr) code = e2m1_from_f32(yv);
+        else code = e2m1_from_f32_sr(yv, quads ? uniform_from_bits(rnd.v[t]) : sr_uniform(p.seed, index + j + t, 1u));
+        w[(j + t) / 8] |= code << (4 * ((j + t) % 8));
+        if (out.col_image)  // the image in x's [M, K] order: column k of token mg + j + t
+          store_f32(out.col_image, out.image.dtype, (mg + j + t) * x.K + k,
+                    image_value(p, static_cast<uint8_t>(code), decoded, s_dec_image));
       }
     }
-    if (!out.col_image) continue;
-    const int64_t k = k0 + 2 * cp;  // K % 8 == 0: column k + 1 is inside x with column k
-    if (k >= x.K) continue;
+    // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
+    uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
+    if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {  // the image in x's [M, K] order: columns k, k + 1 of token mg + j
-      if (j >= cnt) break;          // (constant bounds: img stays in registers)
-      const int64_t i = (mg + j) * x.K + k;
-      if (out.image.dtype == DType::bf16) {
-        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + i) = bf16x2_bits(img[0][j], img[1][j]);
-      } else {
-        store_f32(out.col_image, out.image.dtype, i, img[0][j]);
-        store_f32(out.col_image, out.image.dtype, i + 1, img[1][j]);
-      }
+      for (int j = 0; j < 16; j += 2)  // constant bounds: w stays in registers
+        if (j < cnt) dst[j / 2] = static_cast<uint8_t>(w[j / 8] >> (4 * (j % 8)));
     }
   }
+}
+
+// amax[0] = max(amax[0], max|x|) and col_amax[0] = max(col_amax[0], max|RHT(xᵀ)|) over full 16-token groups (raw
+// values in a last, shorter group) of one 128x128 tile: the tensor read once, with 16-byte loads, where the generic
+// amax kernel reads it twice, the second time one strided element per load. A thread folds the row amax over the
+// chunks it loads, then takes one feature and four 16-token groups of the parked tile.
+template <bool kBf16>
+__global__ void __launch_bounds__(kTileThreads) nvfp4_rht_amax_kernel(QuantInput x, float* amax, float* col_amax) {
+  __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
+  __shared__ float warp_a[kTileThreads / 32], warp_ac[kTileThreads / 32];
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  float a = 0.f, ac = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    int rr, cc;
+    tile_chunk(i, threadIdx.x, rr, cc);
+    const uint4 chunk = load_tile_chunk(x, m0, k0, i, threadIdx.x);
+    *reinterpret_cast<uint4*>(&s[rr * kTilePitch + cc]) = chunk;
+    float v[8];
+    unpack8(chunk, kBf16 ? DType::bf16 : DType::f16, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a = amax_fold(a, v[j]);
+  }
+  __syncthreads();
+  const int cc = threadIdx.x % kTile;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r0 = (threadIdx.x / kTile + 2 * i) * 16;
+    const int64_t mg = m0 + r0;
+    if (mg >= x.M) break;
+    float v[16], y[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = half_bits_to_f32<kBf16>(s[(r0 + j) * kTilePitch + cc]);
+    if (mg + 16 <= x.M) {
+      rht16_forward(v, y);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) ac = amax_fold(ac, y[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) ac = amax_fold(ac, v[j]);  // the tokens past x are zeros
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+    ac = fmaxf(ac, __shfl_xor_sync(0xFFFFFFFFu, ac, off));
+  }
+  const int warp = threadIdx.x / 32;
+  if ((threadIdx.x & 31) == 0) warp_a[warp] = a, warp_ac[warp] = ac;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kTileThreads / 32; ++w) a = fmaxf(a, warp_a[w]), ac = fmaxf(ac, warp_ac[w]);
+    atomicMax(reinterpret_cast<unsigned*>(amax), __float_as_uint(a));  // non-negative floats order as uints
+    atomicMax(reinterpret_cast<unsigned*>(col_amax), __float_as_uint(ac));
+  }
+}
+
+// The tile kernels' input: 16-bit rows that allow 16-byte loads, K a multiple of 8, a grid of tiles CUDA can launch.
+bool tile_eligible(const QuantInput& x) {
+  return (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 && x.K % 8 == 0 &&
+         x.stride_m % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 &&
+         quant_ceil_div(x.K, kTile) <= 65535;
+}
+dim3 tile_grid(const QuantInput& x) {
+  return dim3(static_cast<unsigned>(quant_ceil_div(x.M, kTile)), static_cast<unsigned>(quant_ceil_div(x.K, kTile)));
 }
 
 }  // namespace
@@ -196,16 +245,22 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
 bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                     const Stream& stream) {
   const bool eligible = p.format == QuantFormat::nvfp4_1d && p.columnwise && !p.rowwise &&
-                        p.pre_act == QuantPreAct::none && (x.dtype == DType::bf16 || x.dtype == DType::f16) &&
-                        x.stride_k == 1 && x.K % 8 == 0 && x.stride_m % 8 == 0 &&
-                        (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 &&
-                        quant_ceil_div(x.K, kTile) <= 65535 && !out.col.layout.store_transposed &&
+                        p.pre_act == QuantPreAct::none && tile_eligible(x) && !out.col.layout.store_transposed &&
                         (reinterpret_cast<uintptr_t>(out.col_image) & 3) == 0;
   if (!eligible) return false;
-  const dim3 grid(static_cast<unsigned>(quant_ceil_div(x.M, kTile)), static_cast<unsigned>(quant_ceil_div(x.K, kTile)));
+  const dim3 grid = tile_grid(x);
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
   if (x.dtype == DType::bf16) nvfp4_columnwise_kernel<true><<<grid, kTileThreads, 0, st>>>(x, p, out);
   else nvfp4_columnwise_kernel<false><<<grid, kTileThreads, 0, st>>>(x, p, out);
+  TE_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool nvfp4_rht_amax_cuda(const QuantInput& x, float* amax, float* col_amax, const Stream& stream) {
+  if (!tile_eligible(x) || amax == nullptr || col_amax == nullptr) return false;
+  cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
+  if (x.dtype == DType::bf16) nvfp4_rht_amax_kernel<true><<<tile_grid(x), kTileThreads, 0, st>>>(x, amax, col_amax);
+  else nvfp4_rht_amax_kernel<false><<<tile_grid(x), kTileThreads, 0, st>>>(x, amax, col_amax);
   TE_CUDA_CHECK_LAUNCH();
   return true;
 }

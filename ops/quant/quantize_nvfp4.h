@@ -17,4 +17,9 @@ bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, cons
 bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                     const Stream& stream);
 
+// The amaxes NVFP4 1D with the Hadamard transform scales by, in one pass over 16-bit x (the column-wise kernel's
+// input conditions): amax[0] folds max|x|, col_amax[0] max|RHT(xᵀ)| over full 16-token groups (raw values in a
+// shorter last group), as quant_amax_cuda defines them. Returns false (nothing launched) for other inputs.
+bool nvfp4_rht_amax_cuda(const QuantInput& x, float* amax, float* col_amax, const Stream& stream);
+
 }  // namespace te
