@@ -40,6 +40,12 @@ class ParallelLinear : public NodeState {
   ParallelLinear(ParallelMode mode, NormKind norm, float eps, Params params, const RankContext& ctx);
 
   void invalidate_weight_cache() { weight_q_.reset(); }
+  bool quantizes_weight() const { return q_weight_.has_value(); }
+  // Makes the quantized weight cache now if the recipe quantizes this weight and the cache is empty (training lets
+  // the model-dtype copy go once it is made).
+  void quantize_weight(RankContext& ctx, const Stream& s) {
+    if (q_weight_) (void)weight_operand(ctx, s);
+  }
   // Inference under a quantized recipe: quantize the weight now and keep only that form where the kernels run; the
   // model-dtype copy moves to host memory (RankParam::host_value), where saving reads it. Nothing else happens.
   void hold_weight_quantized_only(RankContext& ctx);

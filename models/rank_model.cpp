@@ -157,6 +157,16 @@ void RankModel::apply_optimizer(const StepControl& control, bool update) {
   optimizer_step(slots, {kind, control.scalars(), control.skip(), update}, ctx_.stream);
 }
 
+bool RankModel::quantizes_weights() const {
+  bool any = false;
+  for_each_linear([&](const ParallelLinear& l) { any = any || l.quantizes_weight(); });
+  return any;
+}
+
+void RankModel::quantize_weights(RankContext& ctx, const Stream& s) {
+  for_each_linear([&](ParallelLinear& l) { l.quantize_weight(ctx, s); });
+}
+
 void RankModel::invalidate_weight_caches() {
   for_each_linear([](ParallelLinear& l) { l.invalidate_weight_cache(); });
 }

@@ -78,6 +78,9 @@ class RankModel {
   void apply_optimizer(const StepControl& control, bool update = true);
   // Drops every quantized weight cache (the weights have changed where no host code ran: a replayed step).
   void invalidate_weight_caches();
+  // Whether any linear's weight is quantized; quantize_weights makes every such cache that is missing (in order).
+  bool quantizes_weights() const;
+  void quantize_weights(RankContext& ctx, const Stream& s);
   // T·H of the global output whose local rows are `out`: the loss is Σ (out − target)² over it, divided by this.
   double loss_elements(const Tensor& out) const;
 

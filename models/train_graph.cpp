@@ -70,6 +70,9 @@ void TrainGraph::build(DType target_dtype) {
   ValueType xt = input_type(), tt = xt;
   tt.dtype = target_dtype;
   input_ = fb.b.input("x", xt);
+  // Every weight is quantized before the first activation exists: a weight's model-dtype copy and its quantized
+  // copies coexist only while it is quantized, and at that point nothing else of the step is alive yet.
+  if (model_.quantizes_weights()) fb.b.add(train_op(TrainOp::quantize_weights), {input_}, {}, "weights.quantize");
   if (options_.kind == TrainGraphOptions::Kind::forward) {
     output_ = fb.model(model_, input_);
     fb.b.mark_output(output_);

@@ -14,6 +14,7 @@ namespace te {
 
 static_assert(find_op(kTrainOps, "regather") == &kTrainOps[static_cast<size_t>(TrainOp::regather)]);
 static_assert(find_op(kTrainOps, "optimizer") == &kTrainOps[static_cast<size_t>(TrainOp::optimizer)]);
+static_assert(find_op(kTrainOps, "quantize_weights") == &kTrainOps[static_cast<size_t>(TrainOp::quantize_weights)]);
 
 bool train_value_held_by_binding(const Graph& g, const Value& v) {
   if (model_value_held_by_binding(g, v)) return true;
@@ -203,6 +204,8 @@ void run_optimizer(KernelCall& c) {
   b.model->apply_optimizer(*b.control, c.node.attr_or<bool>("update", true));
   b.model->discard_saved();
 }
+
+void run_quantize_weights(KernelCall& c) { model_ops::binding(c).model->quantize_weights(train_ctx(c), c.stream); }
 
 }  // namespace train_ops
 }  // namespace te

@@ -44,6 +44,7 @@ void backward_mse_loss(BackwardBuilder& bb);
 void run_sum_all_reduce(KernelCall& c);
 void run_loss_gate(KernelCall& c);
 void run_optimizer(KernelCall& c);
+void run_quantize_weights(KernelCall& c);
 }  // namespace train_ops
 
 enum class TrainOp {
@@ -61,7 +62,8 @@ enum class TrainOp {
   mse_loss,
   sum_all_reduce,
   loss_gate,
-  optimizer
+  optimizer,
+  quantize_weights
 };
 
 // Inputs → outputs:
@@ -73,7 +75,9 @@ enum class TrainOp {
 //   attention_backward (dout, qkv, out, lse) → dqkv (the forward node's attributes)
 //   sum_all_reduce (t) → t summed over the group, in place   loss_gate (sum, grad) → grad (reads the loss)
 //   optimizer (every final gradient) → nothing: the fp32 masters, optimizer state and model-dtype copies change
-inline constexpr std::array<OpDef, 15> kTrainOps{{
+//   quantize_weights (x: orders it first) → nothing: every linear's quantized weight cache, from its model-dtype
+//     copy, which then goes (the step's first node, so no activation is alive beside both copies of a weight)
+inline constexpr std::array<OpDef, 16> kTrainOps{{
     {"layernorm_backward", 4, 3, StreamClass::compute, false, train_ops::infer_norm_backward, nullptr,
      train_ops::run_norm_backward},
     {"rmsnorm_backward", 3, 2, StreamClass::compute, false, train_ops::infer_norm_backward, nullptr,
@@ -98,6 +102,8 @@ inline constexpr std::array<OpDef, 15> kTrainOps{{
     {"loss_gate", 2, 1, StreamClass::compute, false, train_ops::infer_type_of_input1, nullptr,
      train_ops::run_loss_gate},
     {"optimizer", -1, 0, StreamClass::compute, false, train_ops::infer_nothing, nullptr, train_ops::run_optimizer},
+    {"quantize_weights", 1, 0, StreamClass::compute, false, train_ops::infer_nothing, nullptr,
+     train_ops::run_quantize_weights},
 }};
 
 inline const OpDef& train_op(TrainOp o) { return kTrainOps[static_cast<size_t>(o)]; }
