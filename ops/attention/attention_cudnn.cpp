@@ -277,7 +277,8 @@ std::vector<int64_t> plan_key(bool backward, const Split& p, DType t, bool causa
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
   std::vector<int64_t> k{backward, static_cast<int64_t>(t), p.n, p.hq, p.hk, p.s, p.d, causal, scale_bits};
-  for (const Dims* d : {&p.q_stride, &p.kv_stride, &p.out_stride, &p.stats_stride}) k.insert(k.end(), d->begin(), d->end());
+  for (const Dims* d : {&p.q_stride, &p.kv_stride, &p.out_stride, &p.stats_stride})
+    k.insert(k.end(), d->begin(), d->end());
   return k;
 }
 
