@@ -351,9 +351,7 @@ void* at(const void* p, int64_t elements, int64_t esize) {
   return const_cast<char*>(static_cast<const char*>(p)) + elements * esize;
 }
 
-}  // namespace
-
-bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
+bool forward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
                        void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
   Split p;
@@ -371,7 +369,7 @@ bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64
       why_not);
 }
 
-bool attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
+bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
                         const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
                         const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
@@ -390,6 +388,46 @@ bool attention_backward(const AttentionLayout& l, bool causal, float scale, int6
                         {kStats, at(lse, i * p.stats_step, sizeof(float))}};
       },
       why_not);
+}
+
+// cuDNN's kernels take a sequence's query heads as rows of their grid, which holds 65535: more sequences than that
+// run as several calls over whole sequences (a plan per distinct count).
+int64_t sequences_per_call(const AttentionLayout& l) { return std::max<int64_t>(1, 65535 / l.heads); }
+
+// Runs call(first_sequence, sequences) over the batch in chunks; false when the first launched nothing (the caller
+// runs its own kernels), an error when a later one did (the output would be partly written).
+bool over_chunks(const AttentionLayout& l, int64_t tokens, std::string* why_not,
+                 const std::function<bool(int64_t, int64_t)>& call) {
+  const int64_t batch = tokens / l.seq, per = sequences_per_call(l);
+  for (int64_t b0 = 0; b0 < batch; b0 += per) {
+    if (call(b0, std::min(per, batch - b0))) continue;
+    TE_CHECK(b0 == 0, "cuDNN attention ran sequences [0, " << b0 << ") but not the rest: " << *why_not);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
+                       void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
+  const int64_t esize = dtype_info(t).bits / 8;
+  return over_chunks(l, tokens, why_not, [&](int64_t b0, int64_t nb) {
+    const int64_t t0 = b0 * l.seq;
+    return forward_call(l, causal, scale, nb * l.seq, at(qkv, t0 * l.qkv_cols(), esize), t,
+                        at(out, t0 * l.out_cols(), esize), lse + b0 * l.heads * l.seq, device, stream, why_not);
+  });
+}
+
+bool attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
+                        const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
+                        const Stream& stream, std::string* why_not) {
+  const int64_t esize = dtype_info(t).bits / 8;
+  return over_chunks(l, tokens, why_not, [&](int64_t b0, int64_t nb) {
+    const int64_t t0 = b0 * l.seq, q = t0 * l.qkv_cols(), o = t0 * l.out_cols();
+    return backward_call(l, causal, scale, nb * l.seq, at(dout, o, esize), at(qkv, q, esize), at(out, o, esize),
+                         lse + b0 * l.heads * l.seq, t, at(dqkv, q, esize), device, stream, why_not);
+  });
 }
 
 }  // namespace te::cudnn_attention
