@@ -1,13 +1,17 @@
-// Public entry points of attention and rotary embedding: checks, contiguous inputs, then the CPU reference or the
-// CUDA kernels.
+// Public entry points of attention and rotary embedding: checks, contiguous inputs, then the CPU reference or, on
+// the GPU, cuDNN's fused attention or the engine's own CUDA kernels.
 #include "ops/attention/attention.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "engine/error.h"
 #include "ops/attention/attention_impl.h"
 #include "ops/attention/rope.h"
 #include "te_config.h"
+#if TE_WITH_CUDA
+#include "ops/attention/attention_cudnn.h"
+#endif
 
 namespace te {
 namespace {
@@ -48,15 +52,62 @@ float attention_scale(const AttentionLayout& l, const AttentionOptions& o) {
   return o.scale > 0.f ? o.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim));
 }
 
+thread_local AttentionKernels last_forward_kernels = AttentionKernels::own;
+thread_local AttentionKernels last_backward_kernels = AttentionKernels::own;
+
+#if TE_WITH_CUDA
+// Whether to try cuDNN for this case; forcing it where it cannot apply is an error.
+bool try_cudnn(DType t, int64_t head_dim, const char* op) {
+  const std::optional<AttentionKernels> forced = forced_attention_kernels();
+  if (forced == AttentionKernels::own) return false;
+  const bool supported = cudnn_attention_supports(t, head_dim);
+  TE_CHECK_HINT(supported || forced != AttentionKernels::cudnn,
+                op << ": TEENGINE_ATTENTION_KERNELS=cudnn, but cuDNN's fused attention takes bf16/f16 with a head_dim "
+                      "that is a multiple of 8 up to "
+                   << kCudaAttentionMaxHeadDim << "; got " << dtype_name(t) << ", head_dim " << head_dim,
+                "unset TEENGINE_ATTENTION_KERNELS to run the engine's own kernels here");
+  return supported;
+}
+
+// After cuDNN declined a case: fine unless it was forced.
+void check_cudnn_not_forced(const std::string& why_not, const char* op) {
+  TE_CHECK_HINT(forced_attention_kernels() != AttentionKernels::cudnn,
+                op << ": TEENGINE_ATTENTION_KERNELS=cudnn, but cuDNN cannot run this case: " << why_not,
+                "unset TEENGINE_ATTENTION_KERNELS to run the engine's own kernels here");
+}
+#endif
+
 }  // namespace
+
+const char* attention_kernels_name(AttentionKernels k) { return k == AttentionKernels::cudnn ? "cudnn" : "own"; }
+
+std::optional<AttentionKernels> forced_attention_kernels() {
+  const char* v = std::getenv("TEENGINE_ATTENTION_KERNELS");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  const std::string s(v);
+  if (s == "cudnn") return AttentionKernels::cudnn;
+  if (s == "own") return AttentionKernels::own;
+  TE_THROW("TEENGINE_ATTENTION_KERNELS='" << s << "' names no attention kernels",
+           "use cudnn or own, or unset it (cuDNN where it supports the case)");
+}
+
+AttentionKernels last_attention_kernels(bool backward) {
+  return backward ? last_backward_kernels : last_forward_kernels;
+}
 
 std::string attention_kernels(Device device, DType t, int64_t head_dim) {
   if (device.is_cpu()) return "CPU reference (row-independent f32 GEMMs over blocks of 64 query rows)";
   if (!cuda_attention_supports(t, head_dim))
     return "none: the CUDA kernels take bf16/f16 with head_dim <= " + std::to_string(kCudaAttentionMaxHeadDim);
-  if (cuda_attention_register_resident(t, head_dim))
-    return "CUDA, register-resident tensor-core tiles (mma.m16n8k16, flash-attention style, deterministic)";
-  return "CUDA, shared-memory tensor-core tiles (WMMA, flash-attention style, deterministic)";
+  const std::string own = cuda_attention_register_resident(t, head_dim)
+                              ? "CUDA, register-resident tensor-core tiles (mma.m16n8k16, flash-attention style, "
+                                "deterministic)"
+                              : "CUDA, shared-memory tensor-core tiles (WMMA, flash-attention style, deterministic)";
+  const std::optional<AttentionKernels> forced = forced_attention_kernels();
+  if (!cudnn_attention_supports(t, head_dim) || forced == AttentionKernels::own) return own;
+  const std::string cudnn = "cuDNN fused flash attention (backend graph API, deterministic backward)";
+  if (forced == AttentionKernels::cudnn) return cudnn;
+  return cudnn + "; where cuDNN builds no plan: " + own;
 }
 
 void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols) {
@@ -84,8 +135,18 @@ void attention_forward(const AttentionLayout& l, const AttentionOptions& o, cons
   auto* stats = static_cast<float*>(lse.data_ptr());
   if (x.device().is_cuda()) {
 #if TE_WITH_CUDA
-    cuda::attention_forward(l, o.causal, attention_scale(l, o), T, x.data_ptr(), x.dtype(), out.data_ptr(), stats,
-                            stream);
+    const float scale = attention_scale(l, o);
+    std::string why_not;
+    if (try_cudnn(x.dtype(), l.head_dim, "attention_forward")) {
+      if (cudnn_attention::attention_forward(l, o.causal, scale, T, x.data_ptr(), x.dtype(), out.data_ptr(), stats,
+                                             x.device(), stream, &why_not)) {
+        last_forward_kernels = AttentionKernels::cudnn;
+        return;
+      }
+      check_cudnn_not_forced(why_not, "attention_forward");
+    }
+    cuda::attention_forward(l, o.causal, scale, T, x.data_ptr(), x.dtype(), out.data_ptr(), stats, stream);
+    last_forward_kernels = AttentionKernels::own;
 #endif
     return;
   }
@@ -113,10 +174,21 @@ void attention_backward(const AttentionLayout& l, const AttentionOptions& o, con
                s = lse.contiguous(stream);
   if (x.device().is_cuda()) {
 #if TE_WITH_CUDA
+    const float scale = attention_scale(l, o);
+    const auto* stats = static_cast<const float*>(s.data_ptr());
+    std::string why_not;
+    if (try_cudnn(x.dtype(), l.head_dim, "attention_backward")) {
+      if (cudnn_attention::attention_backward(l, o.causal, scale, T, dy.data_ptr(), x.data_ptr(), y.data_ptr(), stats,
+                                              x.dtype(), dqkv.data_ptr(), x.device(), stream, &why_not)) {
+        last_backward_kernels = AttentionKernels::cudnn;
+        return;
+      }
+      check_cudnn_not_forced(why_not, "attention_backward");
+    }
     Tensor delta = Tensor::empty(lse.shape(), DType::f32, x.device(), stream);  // Σ dO · O per row and head
-    cuda::attention_backward(l, o.causal, attention_scale(l, o), T, dy.data_ptr(), x.data_ptr(), y.data_ptr(),
-                             static_cast<const float*>(s.data_ptr()), x.dtype(), dqkv.data_ptr(),
-                             static_cast<float*>(delta.data_ptr()), stream);
+    cuda::attention_backward(l, o.causal, scale, T, dy.data_ptr(), x.data_ptr(), y.data_ptr(), stats, x.dtype(),
+                             dqkv.data_ptr(), static_cast<float*>(delta.data_ptr()), stream);
+    last_backward_kernels = AttentionKernels::own;
 #endif
     return;
   }

@@ -1,6 +1,7 @@
 // Scaled-dot-product attention over a fused QKV projection, forward and backward: the CPU reference (any float
-// dtype) and, for bf16/f16 with head_dim ≤ 128, the CUDA kernels of attention.cu (flash-attention style tiles on the
-// tensor cores; its numerics are described there). Rotary embedding: ops/attention/rope.h.
+// dtype) and, for bf16/f16 with head_dim ≤ 128, on the GPU either cuDNN 9's fused flash attention
+// (attention_cudnn.cpp; head_dim a multiple of 8) or the engine's own CUDA kernels of attention.cu (flash-attention
+// style tiles on the tensor cores; its numerics are described there). Rotary embedding: ops/attention/rope.h.
 //
 // Tokens are batch-major: token t is position t % seq of sequence t / seq, so T = batch × seq. The QKV row of a
 // token is TransformerEngine's interleaved layout (MultiheadAttention's default, which a tensor-parallel rank can
@@ -20,6 +21,7 @@
 // computes it.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/stream.h"
@@ -58,8 +60,24 @@ inline bool cuda_attention_register_resident(DType t, int64_t head_dim) {
   return cuda_attention_supports(t, head_dim) && (head_dim == 64 || head_dim == 128);
 }
 
+// Whether cuDNN's fused attention takes this dtype and head_dim (bf16/f16, a multiple of 8 up to 128, the range its
+// Hopper backward covers); it may still build no plan for a shape, and the own kernels then run it.
+inline bool cudnn_attention_supports(DType t, int64_t head_dim) {
+  return cuda_attention_supports(t, head_dim) && head_dim % 8 == 0;
+}
+
+// The GPU kernels behind attention: cuDNN's fused flash attention, or the engine's own (attention.cu).
+enum class AttentionKernels { cudnn, own };
+const char* attention_kernels_name(AttentionKernels k);
+// TEENGINE_ATTENTION_KERNELS=cudnn|own forces one (read at every call, so one process can time both); unset or
+// empty: cuDNN where it supports the case and builds a plan, else the own kernels. Forcing cudnn where cuDNN cannot
+// run the case is a te::Error saying why.
+std::optional<AttentionKernels> forced_attention_kernels();
+// The kernels the last CUDA attention_forward (backward: attention_backward) of this thread ran; own before any.
+AttentionKernels last_attention_kernels(bool backward);
+
 // The kernels that run attention for this device, dtype and head_dim, in words (what --explain prints). On a GPU,
-// head_dim 64 and 128 take the register-resident kernels when every buffer is 16-byte aligned (the engine's are).
+// head_dim 64 and 128 take the register-resident own kernels when every buffer is 16-byte aligned (the engine's are).
 std::string attention_kernels(Device device, DType t, int64_t head_dim);
 
 // Checks a layout against a QKV tensor of `tokens` rows (a te::Error naming what disagrees).

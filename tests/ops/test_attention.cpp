@@ -1,11 +1,14 @@
 // Attention and rotary embedding on the CPU against the float64 reference of tests/common/attention_reference.h
 // (written independently of the kernel), gradients against central finite differences of that reference, and the
 // properties the model relies on: a tensor-parallel rank's slice of the QKV columns gives exactly
-// the bytes of the same heads computed whole, and the rotary embedding's inverse undoes it.
+// the bytes of the same heads computed whole, and the rotary embedding's inverse undoes it. On the GPU each case runs
+// on cuDNN's fused attention and on the engine's own kernels, and the two are compared with each other.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
+#include <tuple>
 
 #include "common/attention_reference.h"
 #include "common/gpu.h"
@@ -37,6 +40,23 @@ std::string attn_case_name(const ::testing::TestParamInfo<AttnCase>& i) {
 }
 
 AttentionLayout attn_layout_of(const AttnCase& c) { return {c.heads, c.kv_heads, c.head_dim, c.seq}; }
+
+// Sets TEENGINE_ATTENTION_KERNELS (read by ops/attention at every call) for the scope, then restores it.
+class ScopedAttentionKernels {
+ public:
+  explicit ScopedAttentionKernels(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old, had_ = true;
+    setenv(kName, value, 1);
+  }
+  ~ScopedAttentionKernels() { had_ ? setenv(kName, old_.c_str(), 1) : unsetenv(kName); }
+  ScopedAttentionKernels(const ScopedAttentionKernels&) = delete;
+  ScopedAttentionKernels& operator=(const ScopedAttentionKernels&) = delete;
+
+ private:
+  static constexpr const char* kName = "TEENGINE_ATTENTION_KERNELS";
+  std::string old_;
+  bool had_ = false;
+};
 
 std::vector<double> attention_ref_forward(const AttnCase& c, const std::vector<double>& qkv) {
   return attention_reference::forward({c.batch, c.seq, c.heads, c.kv_heads, c.head_dim, c.causal, c.rope_base}, qkv);
@@ -152,16 +172,42 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 7, 2, 1, 8, false, 0, DType::f16}),
     attn_case_name);
 
-// The CUDA kernels against the CPU reference on the same inputs: the output, the softmax statistics and the
-// gradients (through the rotary embedding where there is one). The GPU rounds the probabilities and score gradients
-// to the input type before its tensor-core products, as flash attention does; the CPU keeps them in f32, so the two
-// agree within the dtype's tolerance, the statistics within f32's. Each head's bytes do not depend on the others, so
-// a rank's slice of the heads computes exactly what the whole does, and every run gives the same bytes.
-class AttentionGpuTest : public ::testing::TestWithParam<AttnCase> {};
+// The GPU cases: each runs on cuDNN's fused attention and on the own kernels. Every head_dim here is a multiple of
+// 8, so cuDNN takes them all.
+const std::vector<AttnCase> kGpuCases{
+    AttnCase{2, 13, 4, 2, 8, true, 0, DType::bf16},       // tiny head dim, zero-padded to 32 (own kernels)
+    AttnCase{1, 67, 4, 4, 64, true, 10000, DType::bf16},  // one row past a tile, rotary
+    AttnCase{2, 130, 8, 2, 128, true, 0, DType::bf16},    // GQA, three tiles
+    AttnCase{2, 130, 8, 2, 128, false, 0, DType::bf16},   // the same, not causal
+    AttnCase{1, 200, 4, 1, 40, true, 500, DType::f16},    // MQA, head dim 40 in a tile of 64
+    AttnCase{1, 256, 4, 2, 96, false, 0, DType::f16},     // whole tiles, head dim 96
+    AttnCase{1, 64, 2, 2, 128, true, 0, DType::f16},      // exactly one tile
+    AttnCase{2, 100, 4, 1, 64, true, 10000, DType::bf16}, // MQA on the register-resident path
+    AttnCase{1, 96, 2, 2, 64, false, 0, DType::f16},      // f16, not causal, head dim 64
+    // More sequences than one launch's grid holds (65535): run in chunks, on either path.
+    AttnCase{66000, 1, 2, 2, 8, false, 0, DType::bf16},
+    AttnCase{65600, 2, 2, 1, 64, true, 0, DType::bf16},
+    AttnCase{3, 32, 8, 4, 64, true, 0, DType::bf16},      // GQA with more groups than sequences (cuDNN: per sequence)
+};
+
+using GpuParam = std::tuple<AttnCase, AttentionKernels>;
+
+std::string gpu_case_name(const ::testing::TestParamInfo<GpuParam>& i) {
+  return attn_case_name({std::get<0>(i.param), i.index}) + "_" + attention_kernels_name(std::get<1>(i.param));
+}
+
+// The GPU against the CPU reference on the same inputs: the output, the softmax statistics and the gradients
+// (through the rotary embedding where there is one). The GPU rounds the probabilities and score gradients to the
+// input type before its tensor-core products, as flash attention does; the CPU keeps them in f32, so the two agree
+// within the dtype's tolerance, the statistics within f32's. Each head's bytes do not depend on the others, so a
+// rank's slice of the heads computes exactly what the whole does, and every run gives the same bytes: the own
+// kernels by construction, cuDNN through its deterministic backward.
+class AttentionGpuTest : public ::testing::TestWithParam<GpuParam> {};
 
 TEST_P(AttentionGpuTest, MatchesTheCpuReferenceAndIsDeterministic) {
   TE_REQUIRE_GPU();
-  const AttnCase c = GetParam();
+  const auto [c, kernels] = GetParam();
+  const ScopedAttentionKernels forced(attention_kernels_name(kernels));  // cuDNN failing to run the case throws
   const AttentionLayout l = attn_layout_of(c);
   const int64_t T = c.batch * c.seq;
   const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 21 + c.seq, Device::cpu(), Layout::contiguous);
@@ -169,6 +215,8 @@ TEST_P(AttentionGpuTest, MatchesTheCpuReferenceAndIsDeterministic) {
   const KernelRun cpu = run_kernels(c, qkv, &dout);
   const Tensor dout_gpu = dout.to(Device::cuda(0));
   const KernelRun gpu = run_kernels(c, qkv.to(Device::cuda(0)), &dout_gpu);
+  EXPECT_EQ(last_attention_kernels(false), kernels);
+  EXPECT_EQ(last_attention_kernels(true), kernels);
   EXPECT_LE(rel_l2(to_f64(cpu.out), gpu.out.to_f32_vector()), tol_for(c.dtype));
   EXPECT_LE(rel_l2(to_f64(cpu.lse), gpu.lse.to_f32_vector()), kTolF32);
   EXPECT_LE(rel_l2(to_f64(cpu.dqkv), gpu.dqkv.to_f32_vector()), tol_for(c.dtype));
@@ -178,21 +226,47 @@ TEST_P(AttentionGpuTest, MatchesTheCpuReferenceAndIsDeterministic) {
   if (c.kv_heads % 2 == 0) expect_rank_halves_match_whole(c, qkv, dout, gpu, Device::cuda(0));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, AttentionGpuTest,
-    ::testing::Values(AttnCase{2, 13, 4, 2, 8, true, 0, DType::bf16},       // tiny head dim, zero-padded to 32
-                      AttnCase{1, 67, 4, 4, 64, true, 10000, DType::bf16},  // one row past a tile, rotary
-                      AttnCase{2, 130, 8, 2, 128, true, 0, DType::bf16},    // GQA, three tiles
-                      AttnCase{2, 130, 8, 2, 128, false, 0, DType::bf16},   // the same, not causal
-                      AttnCase{1, 200, 4, 1, 40, true, 500, DType::f16},    // MQA, head dim 40 in a tile of 64
-                      AttnCase{1, 256, 4, 2, 96, false, 0, DType::f16},     // whole tiles, head dim 96
-                      AttnCase{1, 64, 2, 2, 128, true, 0, DType::f16},      // exactly one tile
-                      AttnCase{2, 100, 4, 1, 64, true, 10000, DType::bf16}, // MQA on the register-resident path
-                      AttnCase{1, 96, 2, 2, 64, false, 0, DType::f16},      // f16, not causal, head dim 64
-                      // More sequences than one launch's grid holds (65535): run in chunks, on either path.
-                      AttnCase{66000, 1, 2, 2, 8, false, 0, DType::bf16},
-                      AttnCase{65600, 2, 2, 1, 64, true, 0, DType::bf16}),
-    attn_case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, AttentionGpuTest,
+                         ::testing::Combine(::testing::ValuesIn(kGpuCases),
+                                            ::testing::Values(AttentionKernels::own, AttentionKernels::cudnn)),
+                         gpu_case_name);
+
+// cuDNN against the own kernels on the same inputs. Both round the probabilities to the input type before the
+// second product, in different orders, so they agree within the dtype's tolerance (the statistics within f32's).
+class AttentionCudnnVsOwnTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionCudnnVsOwnTest, AgreeOnTheSameInputs) {
+  TE_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t T = c.batch * c.seq;
+  const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 31 + c.seq, Device::cuda(0), Layout::contiguous);
+  const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 33 + c.seq, Device::cuda(0), Layout::contiguous);
+  KernelRun runs[2];
+  for (AttentionKernels k : {AttentionKernels::own, AttentionKernels::cudnn}) {
+    const ScopedAttentionKernels forced(attention_kernels_name(k));
+    runs[k == AttentionKernels::cudnn] = run_kernels(c, qkv, &dout);
+  }
+  const KernelRun &own = runs[0], &cudnn = runs[1];
+  EXPECT_LE(rel_l2(to_f64(own.out), cudnn.out.to_f32_vector()), tol_for(c.dtype));
+  EXPECT_LE(rel_l2(to_f64(own.lse), cudnn.lse.to_f32_vector()), kTolF32);
+  EXPECT_LE(rel_l2(to_f64(own.dqkv), cudnn.dqkv.to_f32_vector()), tol_for(c.dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, AttentionCudnnVsOwnTest, ::testing::ValuesIn(kGpuCases), attn_case_name);
+
+TEST(Attention, KernelsChoiceIsReadFromTheEnvironmentAndBadNamesAreRefused) {
+  {
+    const ScopedAttentionKernels unset("");
+    EXPECT_FALSE(forced_attention_kernels().has_value());
+  }
+  {
+    const ScopedAttentionKernels own("own");
+    EXPECT_EQ(forced_attention_kernels(), AttentionKernels::own);
+  }
+  const ScopedAttentionKernels bad("fast");
+  EXPECT_THROW(forced_attention_kernels(), Error);
+}
 
 TEST(Attention, CudaRefusesF32AndWideHeadsByName) {
   TE_REQUIRE_GPU();
@@ -209,12 +283,17 @@ TEST(Attention, CudaRefusesF32AndWideHeadsByName) {
 
 // What --explain names: which kernels a device, dtype and head_dim get (no GPU needed to ask).
 TEST(Attention, KernelsAreNamedByDeviceDtypeAndHeadDim) {
+  const ScopedAttentionKernels unset("");
   EXPECT_NE(attention_kernels(Device::cpu(), DType::f32, 40).find("CPU reference"), std::string::npos);
   EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 128).find("register-resident"), std::string::npos);
   EXPECT_NE(attention_kernels(Device::cuda(0), DType::f16, 64).find("register-resident"), std::string::npos);
   EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 96).find("shared-memory"), std::string::npos);
   EXPECT_NE(attention_kernels(Device::cuda(0), DType::f32, 64).find("none"), std::string::npos);
   EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 256).find("none"), std::string::npos);
+  EXPECT_NE(attention_kernels(Device::cuda(0), DType::bf16, 64).find("cuDNN"), std::string::npos);
+  EXPECT_EQ(attention_kernels(Device::cuda(0), DType::bf16, 36).find("cuDNN"), std::string::npos);  // not 8·k
+  const ScopedAttentionKernels own("own");
+  EXPECT_EQ(attention_kernels(Device::cuda(0), DType::bf16, 64).find("cuDNN"), std::string::npos);
 }
 
 TEST(Rope, InverseUndoesItInPlaceAndOutOfPlaceAgree) {

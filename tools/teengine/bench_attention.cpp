@@ -2,9 +2,11 @@
 // validated first against a float64 computation of a few query rows of the first sequence (every head), then timed.
 // FLOPs count the two GEMM-shaped products of the forward (QKᵀ, PV: 4·B·H·S²·D) and the five of the backward
 // (recomputed QKᵀ, dO·Vᵀ, dS·K, dSᵀ·Q, Pᵀ·dO: 10·B·H·S²·D), halved when causal — the convention flash-attention
-// benchmarks use, so figures compare across implementations.
+// benchmarks use, so figures compare across implementations. On the GPU --kernels picks cuDNN's fused attention or
+// the engine's own kernels (TEENGINE_ATTENTION_KERNELS otherwise); the report names the ones that ran.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
@@ -22,7 +24,7 @@ namespace {
 struct AttentionOpts {
   int64_t batch = 2, seq = 1024, heads = 16, kv_heads = 0, head_dim = 64;
   bool full = false, json = false;
-  std::string dtype = "bf16", device = "auto";
+  std::string dtype = "bf16", device = "auto", kernels;
 };
 
 // out rows [0, rows) of sequence 0 in float64 from the QKV values the kernel read: [rows, heads·D].
@@ -65,6 +67,11 @@ int run_attention(const AttentionOpts& o) {
   const AttentionLayout l{o.heads, kv, o.head_dim, o.seq};
   const AttentionOptions opt{!o.full, 0.0f};
   const int64_t T = o.batch * o.seq;
+  if (!o.kernels.empty()) {
+    if (o.kernels != "cudnn" && o.kernels != "own")
+      TE_INPUT_ERROR("bad --kernels '" << o.kernels << "'", "use cudnn or own");
+    setenv("TEENGINE_ATTENTION_KERNELS", o.kernels.c_str(), 1);  // what ops/attention reads at every call
+  }
   const Device dev = parse_device(o.device);
   const Stream stream = Stream::create(dev);
 
@@ -98,6 +105,8 @@ int run_attention(const AttentionOpts& o) {
                       {"causal", opt.causal},
                       {"dtype", std::string(dtype_name(*dt))},
                       {"device", dev.str()},
+                      {"kernels_fwd", dev.is_cuda() ? attention_kernels_name(last_attention_kernels(false)) : "cpu"},
+                      {"kernels_bwd", dev.is_cuda() ? attention_kernels_name(last_attention_kernels(true)) : "cpu"},
                       {"validated", err <= tol},
                       {"rel_l2_fwd_vs_f64", err},
                       {"validated_rows", rows},
@@ -124,6 +133,8 @@ Command add_bench_attention(CLI::App& app) {
   sub->add_flag("--full", o->full, "attend to every token of the sequence (default: causal)");
   sub->add_option("--dtype", o->dtype, "f32 | bf16 | f16")->capture_default_str();
   sub->add_option("--device", o->device, "auto | cpu | cuda[:N]")->capture_default_str();
+  sub->add_option("--kernels", o->kernels,
+                  "GPU kernels: cudnn | own (default: TEENGINE_ATTENTION_KERNELS, else cuDNN where it applies)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   return {sub, [o] { return run_attention(*o); }};
 }

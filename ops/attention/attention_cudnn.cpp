@@ -1,0 +1,433 @@
+// Attention through cuDNN 9's fused flash attention, written against the backend graph API (cudnn_graph.h).
+//
+// cuDNN recognises scaled-dot-product attention as a pattern of operations over [n, h, s, d] tensors and runs it as
+// one fused kernel. The forward graph is
+//   S = Q · Kᵀ (f32) → × scale → causal: keep where row ≥ col (GEN_INDEX on axes 2 and 3, CMP_GE, BINARY_SELECT
+//   with −inf) → max over the row → exp(S − max) → sum over the row → stats = max + log(sum) → P = exp / sum (in the
+//   input type) → O = P · V
+// so its statistics are log Σ_j exp(scale · q_i · k_j) in natural log, exactly our lse. The backward graph is
+//   Σ_d dO ⊙ O per row (kept in the workspace) ; P = exp(S − stats) with S as above ; dV = Pᵀ · dO ;
+//   dP = dO · Vᵀ ; dS = (dP − Σ dO ⊙ O) ⊙ P × scale ; dK = dSᵀ · Q ; dQ = dS · K
+// where a key/value head shared by several query heads gets its gradient as the per-query-head products summed by a
+// reduction over heads. K (and V in the backward's dO · Vᵀ) enter the graph transposed, as [n, h, d, s] views.
+//
+// Determinism: dQ written straight by the dS · K product (rather than accumulated in an f32 workspace across blocks
+// of keys) is what selects cuDNN's deterministic backward on Hopper; engines that note nondeterminism are skipped.
+//
+// Our QKV rows interleave each key/value group's query heads with its key and value, so a query head's columns are
+// an affine function of the head only when every group has one query head (multi-head) or there is one group
+// (multi-query). Grouped-query attention in between is run as several cuDNN calls of one plan with shifted
+// pointers: one per key/value group (cuDNN's n = batch, h = the group's query heads) or one per sequence (n = the
+// groups, h = the group's query heads), whichever takes fewer calls with every pointer 16-byte aligned. Both read
+// the buffers in place, where a copy into a head-major layout would cost two passes over Q, K, V (and three more
+// over the gradients) for what a few extra launches of the same plan do.
+#include "ops/attention/attention_cudnn.h"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "engine/device.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "ops/attention/cudnn_graph.h"
+
+namespace te::cudnn_attention {
+namespace {
+
+using cudnn_graph::OpGraph;
+using cudnn_graph::Plan;
+using Dims = std::array<int64_t, 4>;
+
+// Ids of the graphs' tensors in memory (virtual ones are numbered by OpGraph).
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kMaskValue, kDO, kDQ, kDK, kDV, kOne, kRowDot };
+
+constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
+
+// One layout as cuDNN tensors [n, h, s, d] and the calls that cover it: call i reads and writes at the first call's
+// offsets plus i steps (all in elements).
+struct Split {
+  int64_t calls = 1;
+  int64_t n = 0, hq = 0, hk = 0, s = 0, d = 0;
+  Dims q_stride{}, kv_stride{};   // in QKV (and dQKV): a query head, a key/value head
+  Dims out_stride{};              // out and dout
+  Dims stats_stride{};            // lse
+  int64_t q_at = 0, k_at = 0, v_at = 0;
+  int64_t qkv_step = 0, out_step = 0, stats_step = 0;
+};
+
+enum class SplitKind { whole, per_group, per_sequence };
+
+Split make_split(const AttentionLayout& l, int64_t batch, SplitKind kind) {
+  const int64_t S = l.seq, D = l.head_dim, C = l.qkv_cols(), HD = l.out_cols(), r = l.group(), G = (r + 2) * D;
+  Split p;
+  p.s = S;
+  p.d = D;
+  p.k_at = l.k_col(0);
+  p.v_at = l.v_col(0);
+  switch (kind) {
+    case SplitKind::whole:  // multi-head (q_col(h) = h·3D) or multi-query (q_col(h) = h·D)
+      p.n = batch, p.hq = l.heads, p.hk = l.kv_heads;
+      p.q_stride = {S * C, l.kv_heads == 1 ? D : G, C, 1};
+      p.kv_stride = {S * C, G, C, 1};
+      p.out_stride = {S * HD, D, HD, 1};
+      p.stats_stride = {l.heads * S, S, 1, 1};
+      break;
+    case SplitKind::per_group:
+      p.calls = l.kv_heads, p.n = batch, p.hq = r, p.hk = 1;
+      p.q_stride = {S * C, D, C, 1};
+      p.kv_stride = {S * C, G, C, 1};
+      p.out_stride = {S * HD, D, HD, 1};
+      p.stats_stride = {l.heads * S, S, 1, 1};
+      p.qkv_step = G, p.out_step = r * D, p.stats_step = r * S;
+      break;
+    case SplitKind::per_sequence:
+      p.calls = batch, p.n = l.kv_heads, p.hq = r, p.hk = 1;
+      p.q_stride = {G, D, C, 1};
+      p.kv_stride = {G, G, C, 1};
+      p.out_stride = {r * D, D, HD, 1};
+      p.stats_stride = {r * S, S, 1, 1};
+      p.qkv_step = S * C, p.out_step = S * HD, p.stats_step = l.heads * S;
+      break;
+  }
+  return p;
+}
+
+bool aligned(const void* p, int64_t offset_bytes) {
+  return (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(offset_bytes)) % OpGraph::kAlignment == 0;
+}
+
+// Whether every pointer of every call is 16-byte aligned (cuDNN's fused attention loads 16 bytes at a time).
+bool split_aligned(const Split& p, int64_t esize, std::initializer_list<const void*> qkv_like,
+                   std::initializer_list<const void*> out_like, const void* stats) {
+  for (int64_t i = 0; i < std::min<int64_t>(p.calls, 2); ++i) {  // the first two fix the alignment of all
+    for (const void* b : qkv_like)
+      for (int64_t at : {p.q_at, p.k_at, p.v_at})
+        if (!aligned(b, (at + i * p.qkv_step) * esize)) return false;
+    for (const void* b : out_like)
+      if (!aligned(b, i * p.out_step * esize)) return false;
+    if (!aligned(stats, i * p.stats_step * int64_t(sizeof(float)))) return false;
+  }
+  return true;
+}
+
+// The split for this layout: one call where the heads are affine, else the aligned one of fewer calls.
+bool choose_split(const AttentionLayout& l, int64_t batch, int64_t esize, std::initializer_list<const void*> qkv_like,
+                  std::initializer_list<const void*> out_like, const void* stats, Split* out, std::string* why_not) {
+  std::vector<SplitKind> kinds{SplitKind::whole};
+  if (l.group() > 1 && l.kv_heads > 1) {
+    kinds = {SplitKind::per_group, SplitKind::per_sequence};
+    if (batch < l.kv_heads) std::swap(kinds[0], kinds[1]);
+  }
+  for (SplitKind k : kinds) {
+    const Split p = make_split(l, batch, k);
+    if (split_aligned(p, esize, qkv_like, out_like, stats)) {
+      *out = p;
+      return true;
+    }
+  }
+  *why_not = "cuDNN's fused attention needs 16-byte aligned buffers (and a head_dim that keeps each head so)";
+  return false;
+}
+
+std::vector<int64_t> vec(const Dims& d) { return {d[0], d[1], d[2], d[3]}; }
+Dims transposed(Dims d) {  // swap the last two dimensions: [n, h, s, d] ↔ [n, h, d, s]
+  std::swap(d[2], d[3]);
+  return d;
+}
+
+cudnnDataType_t io_type(DType t) { return t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
+
+// The masked-out score: −inf, except that cuDNN before 9.10 expects the lowest finite float.
+float mask_value() {
+  return cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
+}
+
+// Q, and K as Kᵀ [n, hk, d, s]: the first product's operands, in both graphs.
+void add_q_and_k(OpGraph& g, const Split& p, cudnnDataType_t io) {
+  g.tensor(kQ, io, {p.n, p.hq, p.s, p.d}, vec(p.q_stride));
+  g.tensor(kK, io, {p.n, p.hk, p.d, p.s}, vec(transposed(p.kv_stride)));
+}
+
+// The scaled, masked scores S [n, hq, s, s] f32 (virtual) of both graphs.
+int64_t scores(OpGraph& g, const Split& p, bool causal) {
+  const std::vector<int64_t> dims{p.n, p.hq, p.s, p.s}, strides{p.hq * p.s * p.s, p.s * p.s, p.s, 1};
+  const int64_t qk = g.virtual_tensor(kF32, dims, strides);
+  g.matmul(kQ, kK, qk);
+  const int64_t scaled = g.virtual_tensor(kF32, dims, strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, qk, kScale, -1, scaled);
+  if (!causal) return scaled;
+  const int64_t row = g.virtual_tensor(CUDNN_DATA_INT32, dims, strides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, -1, -1, row, kF32, 2);
+  const int64_t col = g.virtual_tensor(CUDNN_DATA_INT32, dims, strides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, -1, -1, col, kF32, 3);
+  const int64_t keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, dims, strides);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, -1, keep, CUDNN_DATA_BOOLEAN);
+  const int64_t masked = g.virtual_tensor(kF32, dims, strides);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scaled, kMaskValue, keep, masked);
+  return masked;
+}
+
+// A row's statistic [n, hq, s, 1] f32 (virtual).
+int64_t per_row(OpGraph& g, const Split& p) {
+  return g.virtual_tensor(kF32, {p.n, p.hq, p.s, 1}, {p.hq * p.s, p.s, 1, 1});
+}
+
+OpGraph forward_graph(const Split& p, DType t, bool causal, float scale) {
+  OpGraph g;
+  const cudnnDataType_t io = io_type(t);
+  add_q_and_k(g, p, io);
+  g.tensor(kV, io, {p.n, p.hk, p.s, p.d}, vec(p.kv_stride));
+  g.tensor(kO, io, {p.n, p.hq, p.s, p.d}, vec(p.out_stride));
+  g.tensor(kStats, kF32, {p.n, p.hq, p.s, 1}, vec(p.stats_stride));
+  g.scalar(kScale, scale);
+  if (causal) g.scalar(kMaskValue, mask_value());
+
+  const int64_t s = scores(g, p, causal);
+  const int64_t max = per_row(g, p);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, max);
+  const int64_t centered = g.virtual_tensor(kF32, g.dims(s), g.strides(s));
+  g.pointwise(CUDNN_POINTWISE_SUB, s, max, -1, centered);
+  const int64_t e = g.virtual_tensor(kF32, g.dims(s), g.strides(s));
+  g.pointwise(CUDNN_POINTWISE_EXP, centered, -1, -1, e);
+  const int64_t sum = per_row(g, p);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
+  const int64_t log_sum = per_row(g, p);
+  g.pointwise(CUDNN_POINTWISE_LOG, sum, -1, -1, log_sum);
+  g.pointwise(CUDNN_POINTWISE_ADD, max, log_sum, -1, kStats);
+  const int64_t prob = g.virtual_tensor(io, g.dims(s), g.strides(s));  // the second product reads the input type
+  g.pointwise(CUDNN_POINTWISE_DIV, e, sum, -1, prob);
+  g.matmul(prob, kV, kO);
+  return g;
+}
+
+// grad [n, hk, s, d] = lhsᵀ [n, hq, s, s] · rhs [n, hq, s, d], summed over each key/value head's query heads.
+void key_value_gradient(OpGraph& g, const Split& p, cudnnDataType_t io, int64_t lhs_t, int64_t rhs, int64_t grad) {
+  if (p.hq == p.hk) {
+    g.matmul(lhs_t, rhs, grad);
+    return;
+  }
+  const int64_t per_query_head =
+      g.virtual_tensor(io, {p.n, p.hq, p.s, p.d}, {p.hq * p.s * p.d, p.s * p.d, p.d, 1});
+  g.matmul(lhs_t, rhs, per_query_head);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_query_head, grad);
+}
+
+OpGraph backward_graph(const Split& p, DType t, bool causal, float scale) {
+  OpGraph g;
+  const cudnnDataType_t io = io_type(t);
+  const std::vector<int64_t> q_dims{p.n, p.hq, p.s, p.d}, kv_dims{p.n, p.hk, p.s, p.d};
+  add_q_and_k(g, p, io);
+  g.tensor(kV, io, {p.n, p.hk, p.d, p.s}, vec(transposed(p.kv_stride)));  // Vᵀ, for dO · Vᵀ
+  g.tensor(kO, io, q_dims, vec(p.out_stride));
+  g.tensor(kDO, io, q_dims, vec(p.out_stride));
+  g.tensor(kStats, kF32, {p.n, p.hq, p.s, 1}, vec(p.stats_stride));
+  g.tensor(kDQ, io, q_dims, vec(p.q_stride));
+  g.tensor(kDK, io, kv_dims, vec(p.kv_stride));
+  g.tensor(kDV, io, kv_dims, vec(p.kv_stride));
+  g.tensor(kRowDot, kF32, {p.n, p.hq, p.s, 1}, {p.hq * p.s, p.s, 1, 1});  // in the workspace
+  g.scalar(kScale, scale);
+  g.scalar(kOne, 1.0f);
+  if (causal) g.scalar(kMaskValue, mask_value());
+
+  // Σ_d dO ⊙ O per row: the softmax backward's correction term.
+  const int64_t products = g.virtual_tensor(kF32, q_dims, {p.hq * p.s * p.d, p.s * p.d, p.hq * p.d, 1});
+  g.pointwise(CUDNN_POINTWISE_MUL, kDO, kO, -1, products);
+  const int64_t row_dot = per_row(g, p);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, products, row_dot);
+  g.pointwise(CUDNN_POINTWISE_MUL, row_dot, kOne, -1, kRowDot);
+
+  // P = exp(S − stats), recomputed; dV = Pᵀ · dO.
+  const int64_t s = scores(g, p, causal);
+  const std::vector<int64_t> sd = g.dims(s), ss = g.strides(s), st{ss[0], ss[1], 1, p.s};
+  const int64_t centered = g.virtual_tensor(kF32, sd, ss);
+  g.pointwise(CUDNN_POINTWISE_SUB, s, kStats, -1, centered);
+  const int64_t prob = g.virtual_tensor(kF32, sd, ss);
+  g.pointwise(CUDNN_POINTWISE_EXP, centered, -1, -1, prob);
+  const int64_t prob_t = g.virtual_tensor(io, sd, st);
+  g.reshape(prob, prob_t);
+  key_value_gradient(g, p, io, prob_t, kDO, kDV);
+
+  // dS = (dO · Vᵀ − Σ dO ⊙ O) ⊙ P × scale; dK = dSᵀ · Q; dQ = dS · K.
+  const int64_t dp = g.virtual_tensor(kF32, sd, ss);
+  g.matmul(kDO, kV, dp);
+  const int64_t centered_dp = g.virtual_tensor(kF32, sd, ss);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, kRowDot, -1, centered_dp);
+  const int64_t dsoft = g.virtual_tensor(kF32, sd, ss);
+  g.pointwise(CUDNN_POINTWISE_MUL, centered_dp, prob, -1, dsoft);
+  const int64_t ds = g.virtual_tensor(kF32, sd, ss);
+  g.pointwise(CUDNN_POINTWISE_MUL, dsoft, kScale, -1, ds);
+  const int64_t ds_t = g.virtual_tensor(io, sd, st);
+  g.reshape(ds, ds_t);
+  key_value_gradient(g, p, io, ds_t, kQ, kDK);
+  const int64_t k = g.virtual_tensor(kF32, kv_dims, vec(p.kv_stride));  // Kᵀ seen as K again
+  g.reshape(kK, k);
+  g.matmul(ds, k, kDQ);
+  return g;
+}
+
+// Everything that shapes a graph: the plan-cache key.
+std::vector<int64_t> plan_key(bool backward, const Split& p, DType t, bool causal, float scale) {
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
+  std::vector<int64_t> k{backward, static_cast<int64_t>(t), p.n, p.hq, p.hk, p.s, p.d, causal, scale_bits};
+  for (const Dims* d : {&p.q_stride, &p.kv_stride, &p.out_stride, &p.stats_stride})
+    k.insert(k.end(), d->begin(), d->end());
+  return k;
+}
+
+// Per device: one cuDNN handle and the plans built with it. The mutex guards the cache and the handle's stream
+// (set for each run; cudnnBackendExecute only enqueues, so holding it is short). Never destroyed: static teardown may
+// come after the CUDA context.
+struct DeviceState {
+  std::mutex mu;
+  cudnnHandle_t handle = nullptr;
+  std::string unavailable;  // why cuDNN cannot run here at all (no handle)
+  struct Entry {
+    std::unique_ptr<Plan> plan;
+    std::string why_not;  // when cuDNN built no plan
+  };
+  std::map<std::vector<int64_t>, Entry> plans;
+};
+
+DeviceState& device_state(Device device) {
+  static std::mutex mu;
+  static auto* states = new std::map<int, std::unique_ptr<DeviceState>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& st = (*states)[device.index];
+  if (!st) {
+    st = std::make_unique<DeviceState>();
+    set_current_device(device);
+    const cudnnStatus_t s = cudnnCreate(&st->handle);
+    if (s != CUDNN_STATUS_SUCCESS) st->unavailable = std::string("cudnnCreate failed: ") + cudnnGetErrorString(s);
+  }
+  return *st;
+}
+
+using Pointers = std::vector<std::pair<int64_t, void*>>;
+
+// Builds (or finds) the plan for `key` and runs it once per call of the split, `pointers(i, extra)` binding call i's
+// tensors (`extra`: `extra_bytes` of the workspace past cuDNN's own, for the graph's tensors kept there).
+bool run(Device device, const Stream& stream, const std::vector<int64_t>& key, const std::function<OpGraph()>& graph,
+         bool deterministic, int64_t calls, int64_t extra_bytes,
+         const std::function<Pointers(int64_t, void*)>& pointers, std::string* why_not) {
+  DeviceState& st = device_state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!st.unavailable.empty()) {
+    *why_not = st.unavailable;
+    return false;
+  }
+  auto it = st.plans.find(key);
+  if (it == st.plans.end()) {
+    DeviceState::Entry e;
+    try {
+      e.plan = std::make_unique<Plan>(graph().build(st.handle, deterministic));
+    } catch (const Error& err) {
+      e.why_not = err.what();
+    }
+    it = st.plans.emplace(key, std::move(e)).first;
+  }
+  if (!it->second.plan) {
+    *why_not = it->second.why_not;
+    return false;
+  }
+  const Plan& plan = *it->second.plan;
+  const int64_t extra_at = (plan.workspace_bytes + 255) / 256 * 256;
+  const Tensor workspace = Tensor::empty({std::max<int64_t>(extra_at + extra_bytes, 1)}, DType::u8, device, stream);
+  auto* base = static_cast<char*>(workspace.data_ptr());
+  TE_CUDNN_CHECK(cudnnSetStream(st.handle, static_cast<cudaStream_t>(stream.handle())));
+  for (int64_t i = 0; i < calls; ++i) cudnn_graph::execute(st.handle, plan, pointers(i, base + extra_at), base);
+  return true;
+}
+
+// Byte pointer to element `at` of a buffer of `esize`-byte elements.
+void* at(const void* p, int64_t elements, int64_t esize) {
+  return const_cast<char*>(static_cast<const char*>(p)) + elements * esize;
+}
+
+bool forward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
+                       void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
+  const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
+  Split p;
+  if (!choose_split(l, batch, esize, {qkv}, {out}, lse, &p, why_not)) return false;
+  return run(
+      device, stream, plan_key(false, p, t, causal, scale), [&] { return forward_graph(p, t, causal, scale); },
+      false, p.calls, 0,
+      [&](int64_t i, void*) {
+        return Pointers{{kQ, at(qkv, p.q_at + i * p.qkv_step, esize)},
+                        {kK, at(qkv, p.k_at + i * p.qkv_step, esize)},
+                        {kV, at(qkv, p.v_at + i * p.qkv_step, esize)},
+                        {kO, at(out, i * p.out_step, esize)},
+                        {kStats, at(lse, i * p.stats_step, sizeof(float))}};
+      },
+      why_not);
+}
+
+bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
+                        const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
+                        const Stream& stream, std::string* why_not) {
+  const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
+  Split p;
+  if (!choose_split(l, batch, esize, {qkv, dqkv}, {out, dout}, lse, &p, why_not)) return false;
+  const int64_t row_dot_bytes = p.n * p.hq * p.s * int64_t(sizeof(float));
+  return run(
+      device, stream, plan_key(true, p, t, causal, scale), [&] { return backward_graph(p, t, causal, scale); },
+      true, p.calls, row_dot_bytes,
+      [&](int64_t i, void* extra) {
+        const int64_t q = p.q_at + i * p.qkv_step, k = p.k_at + i * p.qkv_step, v = p.v_at + i * p.qkv_step,
+                      o = i * p.out_step;
+        return Pointers{{kQ, at(qkv, q, esize)},   {kK, at(qkv, k, esize)},     {kV, at(qkv, v, esize)},
+                        {kO, at(out, o, esize)},   {kDO, at(dout, o, esize)},   {kDQ, at(dqkv, q, esize)},
+                        {kDK, at(dqkv, k, esize)}, {kDV, at(dqkv, v, esize)},   {kRowDot, extra},
+                        {kStats, at(lse, i * p.stats_step, sizeof(float))}};
+      },
+      why_not);
+}
+
+// cuDNN's kernels take a sequence's query heads as rows of their grid, which holds 65535: more sequences than that
+// run as several calls over whole sequences (a plan per distinct count).
+int64_t sequences_per_call(const AttentionLayout& l) { return std::max<int64_t>(1, 65535 / l.heads); }
+
+// Runs call(first_sequence, sequences) over the batch in chunks; false when the first launched nothing (the caller
+// runs its own kernels), an error when a later one did (the output would be partly written).
+bool over_chunks(const AttentionLayout& l, int64_t tokens, std::string* why_not,
+                 const std::function<bool(int64_t, int64_t)>& call) {
+  const int64_t batch = tokens / l.seq, per = sequences_per_call(l);
+  for (int64_t b0 = 0; b0 < batch; b0 += per) {
+    if (call(b0, std::min(per, batch - b0))) continue;
+    TE_CHECK(b0 == 0, "cuDNN attention ran sequences [0, " << b0 << ") but not the rest: " << *why_not);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
+                       void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
+  const int64_t esize = dtype_info(t).bits / 8;
+  return over_chunks(l, tokens, why_not, [&](int64_t b0, int64_t nb) {
+    const int64_t t0 = b0 * l.seq;
+    return forward_call(l, causal, scale, nb * l.seq, at(qkv, t0 * l.qkv_cols(), esize), t,
+                        at(out, t0 * l.out_cols(), esize), lse + b0 * l.heads * l.seq, device, stream, why_not);
+  });
+}
+
+bool attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
+                        const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
+                        const Stream& stream, std::string* why_not) {
+  const int64_t esize = dtype_info(t).bits / 8;
+  return over_chunks(l, tokens, why_not, [&](int64_t b0, int64_t nb) {
+    const int64_t t0 = b0 * l.seq, q = t0 * l.qkv_cols(), o = t0 * l.out_cols();
+    return backward_call(l, causal, scale, nb * l.seq, at(dout, o, esize), at(qkv, q, esize), at(out, o, esize),
+                         lse + b0 * l.heads * l.seq, t, at(dqkv, q, esize), device, stream, why_not);
+  });
+}
+
+}  // namespace te::cudnn_attention
