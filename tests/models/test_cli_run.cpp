@@ -134,14 +134,15 @@ TEST_F(RunCli, ExplainPrintsTheForwardPlan) {
   EXPECT_EQ(run("run " + model() + fast() + "--set run.executor=fast").code, 2);
 }
 
-// In train mode --explain prints the training step's plan: the forward, the backward nodes autograd built (on both
-// streams), the backward gathers with their path per usage (32 local tokens: the column-wise blocks of 128 fall
-// back), the optimizer, the arena.
+// In train mode --explain prints the training step's plan: the weights quantized first, the forward, the backward
+// nodes autograd built (on both streams), the backward gathers with their path per usage (32 local tokens: the
+// column-wise blocks of 128 fall back), the optimizer, the arena.
 TEST_F(RunCli, ExplainPrintsTheTrainingPlan) {
   Result r = run("run " + model() + fast() + "--set run.mode=train --explain");
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* want : {"rank 0 training step plan (32 local tokens; forward, backward, optimizer; collectives",
-                           "comm    node 1 'layers.0.qkv.gather' (sp_gather)", "(mse_loss)",
+                           "compute node 0 'weights.quantize' (quantize_weights)",
+                           "comm    node 2 'layers.0.qkv.gather' (sp_gather)", "(mse_loss)",
                            "'layers.1.mlp.fc2.reduce_scatter_backward.grad_gather' (grad_gather) [backward]",
                            "'layers.0.qkv.regather' (regather) [backward]", "(layernorm_backward) [backward]",
                            "(wgrad) [backward]", "(dgrad) [backward]", "'optimizer' (optimizer)",
