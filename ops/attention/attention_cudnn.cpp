@@ -391,8 +391,12 @@ bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t t
 }
 
 // cuDNN's kernels take a sequence's query heads as rows of their grid, which holds 65535: more sequences than that
-// run as several calls over whole sequences (a plan per distinct count).
-int64_t sequences_per_call(const AttentionLayout& l) { return std::max<int64_t>(1, 65535 / l.heads); }
+// run as several calls over whole sequences (a plan per distinct count). A multiple of 16 sequences per call keeps
+// every call's pointers as aligned as the first call's (the f32 statistics too).
+int64_t sequences_per_call(const AttentionLayout& l) {
+  const int64_t fit = std::max<int64_t>(1, 65535 / l.heads);
+  return fit >= 16 ? fit / 16 * 16 : fit;
+}
 
 // Runs call(first_sequence, sequences) over the batch in chunks; false when the first launched nothing (the caller
 // runs its own kernels), an error when a later one did (the output would be partly written).
