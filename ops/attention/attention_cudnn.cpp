@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 
+#include "engine/cuda_check.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
@@ -60,9 +61,10 @@ struct Split {
   Dims stats_stride{};            // lse
   int64_t q_at = 0, k_at = 0, v_at = 0;
   int64_t qkv_step = 0, out_step = 0, stats_step = 0;
+  bool gathered_q = false;  // Q (and dQ) in a [T, heads, D] buffer of their own, copied from (into) the QKV rows
 };
 
-enum class SplitKind { whole, per_group, per_sequence };
+enum class SplitKind { whole, gathered, per_group, per_sequence };
 
 Split make_split(const AttentionLayout& l, int64_t batch, SplitKind kind) {
   const int64_t S = l.seq, D = l.head_dim, C = l.qkv_cols(), HD = l.out_cols(), r = l.group(), G = (r + 2) * D;
@@ -75,6 +77,14 @@ Split make_split(const AttentionLayout& l, int64_t batch, SplitKind kind) {
     case SplitKind::whole:  // multi-head (q_col(h) = h·3D) or multi-query (q_col(h) = h·D)
       p.n = batch, p.hq = l.heads, p.hk = l.kv_heads;
       p.q_stride = {S * C, l.kv_heads == 1 ? D : G, C, 1};
+      p.kv_stride = {S * C, G, C, 1};
+      p.out_stride = {S * HD, D, HD, 1};
+      p.stats_stride = {l.heads * S, S, 1, 1};
+      break;
+    case SplitKind::gathered:  // grouped-query: K and V are one stride apart in place, the query heads once copied
+      p.gathered_q = true;
+      p.n = batch, p.hq = l.heads, p.hk = l.kv_heads;
+      p.q_stride = {S * HD, D, HD, 1};
       p.kv_stride = {S * C, G, C, 1};
       p.out_stride = {S * HD, D, HD, 1};
       p.stats_stride = {l.heads * S, S, 1, 1};
@@ -109,7 +119,7 @@ bool split_aligned(const Split& p, int64_t esize, std::initializer_list<const vo
   for (int64_t i = 0; i < std::min<int64_t>(p.calls, 2); ++i) {  // the first two fix the alignment of all
     for (const void* b : qkv_like)
       for (int64_t at : {p.q_at, p.k_at, p.v_at})
-        if (!aligned(b, (at + i * p.qkv_step) * esize)) return false;
+        if ((!p.gathered_q || at != p.q_at) && !aligned(b, (at + i * p.qkv_step) * esize)) return false;
     for (const void* b : out_like)
       if (!aligned(b, i * p.out_step * esize)) return false;
     if (!aligned(stats, i * p.stats_step * int64_t(sizeof(float)))) return false;
@@ -117,24 +127,29 @@ bool split_aligned(const Split& p, int64_t esize, std::initializer_list<const vo
   return true;
 }
 
-// The split for this layout: one call where the heads are affine, else the aligned one of fewer calls.
-bool choose_split(const AttentionLayout& l, int64_t batch, int64_t esize, std::initializer_list<const void*> qkv_like,
-                  std::initializer_list<const void*> out_like, const void* stats, Split* out, std::string* why_not) {
+// The splits that can run this layout, in order of preference, each with every pointer 16-byte aligned: one call
+// where the query heads are one stride apart (multi-head, multi-query); for grouped-query attention one call on a
+// copy of the query heads (two 2-D copies of Q's size, forward and backward, where the alternatives run a fraction of
+// the heads per call), then the split of fewer calls, per key/value group or per sequence, should cuDNN build no
+// plan for the first.
+std::vector<Split> candidate_splits(const AttentionLayout& l, int64_t batch, int64_t esize,
+                                    std::initializer_list<const void*> qkv_like,
+                                    std::initializer_list<const void*> out_like, const void* stats) {
   std::vector<SplitKind> kinds{SplitKind::whole};
   if (l.group() > 1 && l.kv_heads > 1) {
-    kinds = {SplitKind::per_group, SplitKind::per_sequence};
-    if (batch < l.kv_heads) std::swap(kinds[0], kinds[1]);
+    kinds = {SplitKind::gathered, SplitKind::per_group, SplitKind::per_sequence};
+    if (batch < l.kv_heads) std::swap(kinds[1], kinds[2]);
   }
+  std::vector<Split> splits;
   for (SplitKind k : kinds) {
     const Split p = make_split(l, batch, k);
-    if (split_aligned(p, esize, qkv_like, out_like, stats)) {
-      *out = p;
-      return true;
-    }
+    if (split_aligned(p, esize, qkv_like, out_like, stats)) splits.push_back(p);
   }
-  *why_not = "cuDNN's fused attention needs 16-byte aligned buffers (and a head_dim that keeps each head so)";
-  return false;
+  return splits;
 }
+
+constexpr const char* kUnaligned =
+    "cuDNN's fused attention needs 16-byte aligned buffers (and a head_dim that keeps each head so)";
 
 std::vector<int64_t> vec(const Dims& d) { return {d[0], d[1], d[2], d[3]}; }
 Dims transposed(Dims d) {  // swap the last two dimensions: [n, h, s, d] ↔ [n, h, d, s]
@@ -313,9 +328,10 @@ DeviceState& device_state(Device device) {
 using Pointers = std::vector<std::pair<int64_t, void*>>;
 
 // Builds (or finds) the plan for `key` and runs it once per call of the split, `pointers(i, extra)` binding call i's
-// tensors (`extra`: `extra_bytes` of the workspace past cuDNN's own, for the graph's tensors kept there).
+// tensors (`extra`: `extra_bytes` of the workspace past cuDNN's own, for the graph's tensors kept there); `before`
+// runs once there is a plan, ahead of the first call.
 bool run(Device device, const Stream& stream, const std::vector<int64_t>& key, const std::function<OpGraph()>& graph,
-         bool deterministic, int64_t calls, int64_t extra_bytes,
+         bool deterministic, int64_t calls, int64_t extra_bytes, const std::function<void()>& before,
          const std::function<Pointers(int64_t, void*)>& pointers, std::string* why_not) {
   DeviceState& st = device_state(device);
   std::lock_guard<std::mutex> lock(st.mu);
@@ -338,6 +354,7 @@ bool run(Device device, const Stream& stream, const std::vector<int64_t>& key, c
     return false;
   }
   const Plan& plan = *it->second.plan;
+  before();
   const int64_t extra_at = (plan.workspace_bytes + 255) / 256 * 256;
   const Tensor workspace = Tensor::empty({std::max<int64_t>(extra_at + extra_bytes, 1)}, DType::u8, device, stream);
   auto* base = static_cast<char*>(workspace.data_ptr());
@@ -351,43 +368,92 @@ void* at(const void* p, int64_t elements, int64_t esize) {
   return const_cast<char*>(static_cast<const char*>(p)) + elements * esize;
 }
 
+// Copies the query heads of `tokens` QKV rows into a [tokens, heads, D] buffer (or back): a key/value group's query
+// heads are contiguous in both, so one 2-D copy per group.
+void copy_query_heads(const AttentionLayout& l, int64_t tokens, int64_t esize, void* qkv, void* heads, bool to_heads,
+                      const Stream& stream) {
+  const size_t width = static_cast<size_t>(l.group() * l.head_dim * esize);
+  const size_t qkv_pitch = static_cast<size_t>(l.qkv_cols() * esize),
+               heads_pitch = static_cast<size_t>(l.out_cols() * esize);
+  const auto st = static_cast<cudaStream_t>(stream.handle());
+  for (int64_t g = 0; g < l.kv_heads; ++g) {
+    void* row = at(qkv, l.q_col(g * l.group()), esize);
+    void* head = at(heads, g * l.group() * l.head_dim, esize);
+    if (to_heads)
+      TE_CUDA_CHECK(cudaMemcpy2DAsync(head, heads_pitch, row, qkv_pitch, width, static_cast<size_t>(tokens),
+                                      cudaMemcpyDeviceToDevice, st));
+    else
+      TE_CUDA_CHECK(cudaMemcpy2DAsync(row, qkv_pitch, head, heads_pitch, width, static_cast<size_t>(tokens),
+                                      cudaMemcpyDeviceToDevice, st));
+  }
+}
+
 bool forward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
-                       void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
+                  void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
-  Split p;
-  if (!choose_split(l, batch, esize, {qkv}, {out}, lse, &p, why_not)) return false;
-  return run(
-      device, stream, plan_key(false, p, t, causal, scale), [&] { return forward_graph(p, t, causal, scale); },
-      false, p.calls, 0,
-      [&](int64_t i, void*) {
-        return Pointers{{kQ, at(qkv, p.q_at + i * p.qkv_step, esize)},
-                        {kK, at(qkv, p.k_at + i * p.qkv_step, esize)},
-                        {kV, at(qkv, p.v_at + i * p.qkv_step, esize)},
-                        {kO, at(out, i * p.out_step, esize)},
-                        {kStats, at(lse, i * p.stats_step, sizeof(float))}};
-      },
-      why_not);
+  const std::vector<Split> splits = candidate_splits(l, batch, esize, {qkv}, {out}, lse);
+  if (splits.empty()) *why_not = kUnaligned;
+  for (const Split& p : splits) {
+    Tensor q;  // the gathered query heads
+    const auto gather = [&] {
+      if (!p.gathered_q) return;
+      q = Tensor::empty({tokens, l.out_cols()}, t, device, stream);
+      copy_query_heads(l, tokens, esize, const_cast<void*>(qkv), q.data_ptr(), true, stream);
+    };
+    const bool ran = run(
+        device, stream, plan_key(false, p, t, causal, scale), [&] { return forward_graph(p, t, causal, scale); }, false,
+        p.calls, 0, gather,
+        [&](int64_t i, void*) {
+          return Pointers{{kQ, p.gathered_q ? q.data_ptr() : at(qkv, p.q_at + i * p.qkv_step, esize)},
+                          {kK, at(qkv, p.k_at + i * p.qkv_step, esize)},
+                          {kV, at(qkv, p.v_at + i * p.qkv_step, esize)},
+                          {kO, at(out, i * p.out_step, esize)},
+                          {kStats, at(lse, i * p.stats_step, sizeof(float))}};
+        },
+        why_not);
+    if (ran) return true;
+  }
+  return false;
 }
 
 bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
-                        const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
-                        const Stream& stream, std::string* why_not) {
+                   const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
+                   const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
-  Split p;
-  if (!choose_split(l, batch, esize, {qkv, dqkv}, {out, dout}, lse, &p, why_not)) return false;
-  const int64_t row_dot_bytes = p.n * p.hq * p.s * int64_t(sizeof(float));
-  return run(
-      device, stream, plan_key(true, p, t, causal, scale), [&] { return backward_graph(p, t, causal, scale); },
-      true, p.calls, row_dot_bytes,
-      [&](int64_t i, void* extra) {
-        const int64_t q = p.q_at + i * p.qkv_step, k = p.k_at + i * p.qkv_step, v = p.v_at + i * p.qkv_step,
-                      o = i * p.out_step;
-        return Pointers{{kQ, at(qkv, q, esize)},   {kK, at(qkv, k, esize)},     {kV, at(qkv, v, esize)},
-                        {kO, at(out, o, esize)},   {kDO, at(dout, o, esize)},   {kDQ, at(dqkv, q, esize)},
-                        {kDK, at(dqkv, k, esize)}, {kDV, at(dqkv, v, esize)},   {kRowDot, extra},
-                        {kStats, at(lse, i * p.stats_step, sizeof(float))}};
-      },
-      why_not);
+  const std::vector<Split> splits = candidate_splits(l, batch, esize, {qkv, dqkv}, {out, dout}, lse);
+  if (splits.empty()) *why_not = kUnaligned;
+  for (const Split& p : splits) {
+    Tensor q, dq;  // the gathered query heads and their gradient
+    const auto gather = [&] {
+      if (!p.gathered_q) return;
+      q = Tensor::empty({tokens, l.out_cols()}, t, device, stream);
+      dq = Tensor::empty({tokens, l.out_cols()}, t, device, stream);
+      copy_query_heads(l, tokens, esize, const_cast<void*>(qkv), q.data_ptr(), true, stream);
+    };
+    const int64_t row_dot_bytes = p.n * p.hq * p.s * int64_t(sizeof(float));
+    const bool ran = run(
+        device, stream, plan_key(true, p, t, causal, scale), [&] { return backward_graph(p, t, causal, scale); }, true,
+        p.calls, row_dot_bytes, gather,
+        [&](int64_t i, void* extra) {
+          const int64_t q_at = p.q_at + i * p.qkv_step, k = p.k_at + i * p.qkv_step, v = p.v_at + i * p.qkv_step,
+                        o = i * p.out_step;
+          return Pointers{{kQ, p.gathered_q ? q.data_ptr() : at(qkv, q_at, esize)},
+                          {kK, at(qkv, k, esize)},
+                          {kV, at(qkv, v, esize)},
+                          {kO, at(out, o, esize)},
+                          {kDO, at(dout, o, esize)},
+                          {kDQ, p.gathered_q ? dq.data_ptr() : at(dqkv, q_at, esize)},
+                          {kDK, at(dqkv, k, esize)},
+                          {kDV, at(dqkv, v, esize)},
+                          {kRowDot, extra},
+                          {kStats, at(lse, i * p.stats_step, sizeof(float))}};
+        },
+        why_not);
+    if (!ran) continue;
+    if (p.gathered_q) copy_query_heads(l, tokens, esize, dqkv, dq.data_ptr(), false, stream);
+    return true;
+  }
+  return false;
 }
 
 // cuDNN's kernels take a sequence's query heads as rows of their grid, which holds 65535: more sequences than that
