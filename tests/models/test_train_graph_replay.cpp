@@ -124,7 +124,9 @@ TEST(TrainGraphReplay, EngineTrainsAlikeWithCudaGraph) {
     const float a = plain.train_step(host(step), host(100 + step)),
                 b = replayed.train_step(host(step), host(100 + step));
     EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << step << ": " << a << " vs " << b;
-    if (step == 5) EXPECT_EQ(plain.forward(host(50)).bytes, replayed.forward(host(50)).bytes);
+    if (step == 5) {
+      EXPECT_EQ(plain.forward(host(50)).bytes, replayed.forward(host(50)).bytes);
+    }
   }
 }
 
