@@ -36,6 +36,7 @@
 #include "engine/cuda_check.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/log.h"
 #include "engine/tensor.h"
 #include "ops/attention/cudnn_graph.h"
 
@@ -62,6 +63,7 @@ struct Split {
   int64_t q_at = 0, k_at = 0, v_at = 0;
   int64_t qkv_step = 0, out_step = 0, stats_step = 0;
   bool gathered_q = false;  // Q (and dQ) in a [T, heads, D] buffer of their own, copied from (into) the QKV rows
+  const char* kind = "";    // for the log
 };
 
 enum class SplitKind { whole, gathered, per_group, per_sequence };
@@ -69,6 +71,10 @@ enum class SplitKind { whole, gathered, per_group, per_sequence };
 Split make_split(const AttentionLayout& l, int64_t batch, SplitKind kind) {
   const int64_t S = l.seq, D = l.head_dim, C = l.qkv_cols(), HD = l.out_cols(), r = l.group(), G = (r + 2) * D;
   Split p;
+  p.kind = kind == SplitKind::whole       ? "one call"
+           : kind == SplitKind::gathered  ? "one call on the query heads copied"
+           : kind == SplitKind::per_group ? "one call per key/value group"
+                                          : "one call per sequence";
   p.s = S;
   p.d = D;
   p.k_at = l.k_col(0);
@@ -327,12 +333,19 @@ DeviceState& device_state(Device device) {
 
 using Pointers = std::vector<std::pair<int64_t, void*>>;
 
+// "forward [n, hq/hk, s, d], <split>": a graph as the log names it.
+std::string graph_name(const char* direction, const Split& p) {
+  return std::string(direction) + " [" + std::to_string(p.n) + ", " + std::to_string(p.hq) + "/" +
+         std::to_string(p.hk) + ", " + std::to_string(p.s) + ", " + std::to_string(p.d) + "], " + p.kind;
+}
+
 // Builds (or finds) the plan for `key` and runs it once per call of the split, `pointers(i, extra)` binding call i's
 // tensors (`extra`: `extra_bytes` of the workspace past cuDNN's own, for the graph's tensors kept there); `before`
-// runs once there is a plan, ahead of the first call.
-bool run(Device device, const Stream& stream, const std::vector<int64_t>& key, const std::function<OpGraph()>& graph,
-         bool deterministic, int64_t calls, int64_t extra_bytes, const std::function<void()>& before,
-         const std::function<Pointers(int64_t, void*)>& pointers, std::string* why_not) {
+// runs once there is a plan, ahead of the first call. A plan's first build is logged (info) with the split's name.
+bool run(const char* direction, const Split& p, Device device, const Stream& stream, const std::vector<int64_t>& key,
+         const std::function<OpGraph()>& graph, bool deterministic, int64_t extra_bytes,
+         const std::function<void()>& before, const std::function<Pointers(int64_t, void*)>& pointers,
+         std::string* why_not) {
   DeviceState& st = device_state(device);
   std::lock_guard<std::mutex> lock(st.mu);
   if (!st.unavailable.empty()) {
@@ -348,6 +361,11 @@ bool run(Device device, const Stream& stream, const std::vector<int64_t>& key, c
       e.why_not = err.what();
     }
     it = st.plans.emplace(key, std::move(e)).first;
+    const DeviceState::Entry& made = it->second;
+    TE_LOG(info, "cuDNN attention " << graph_name(direction, p) << ": "
+                                    << (made.plan ? made.plan->engine + ", workspace " +
+                                                        std::to_string(made.plan->workspace_bytes) + " bytes"
+                                                  : "no plan: " + made.why_not));
   }
   if (!it->second.plan) {
     *why_not = it->second.why_not;
@@ -359,7 +377,7 @@ bool run(Device device, const Stream& stream, const std::vector<int64_t>& key, c
   const Tensor workspace = Tensor::empty({std::max<int64_t>(extra_at + extra_bytes, 1)}, DType::u8, device, stream);
   auto* base = static_cast<char*>(workspace.data_ptr());
   TE_CUDNN_CHECK(cudnnSetStream(st.handle, static_cast<cudaStream_t>(stream.handle())));
-  for (int64_t i = 0; i < calls; ++i) cudnn_graph::execute(st.handle, plan, pointers(i, base + extra_at), base);
+  for (int64_t i = 0; i < p.calls; ++i) cudnn_graph::execute(st.handle, plan, pointers(i, base + extra_at), base);
   return true;
 }
 
@@ -401,8 +419,8 @@ bool forward_call(const AttentionLayout& l, bool causal, float scale, int64_t to
       copy_query_heads(l, tokens, esize, const_cast<void*>(qkv), q.data_ptr(), true, stream);
     };
     const bool ran = run(
-        device, stream, plan_key(false, p, t, causal, scale), [&] { return forward_graph(p, t, causal, scale); }, false,
-        p.calls, 0, gather,
+        "forward", p, device, stream, plan_key(false, p, t, causal, scale),
+        [&] { return forward_graph(p, t, causal, scale); }, false, 0, gather,
         [&](int64_t i, void*) {
           return Pointers{{kQ, p.gathered_q ? q.data_ptr() : at(qkv, p.q_at + i * p.qkv_step, esize)},
                           {kK, at(qkv, p.k_at + i * p.qkv_step, esize)},
@@ -432,8 +450,8 @@ bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t t
     };
     const int64_t row_dot_bytes = p.n * p.hq * p.s * int64_t(sizeof(float));
     const bool ran = run(
-        device, stream, plan_key(true, p, t, causal, scale), [&] { return backward_graph(p, t, causal, scale); }, true,
-        p.calls, row_dot_bytes, gather,
+        "backward", p, device, stream, plan_key(true, p, t, causal, scale),
+        [&] { return backward_graph(p, t, causal, scale); }, true, row_dot_bytes, gather,
         [&](int64_t i, void* extra) {
           const int64_t q_at = p.q_at + i * p.qkv_step, k = p.k_at + i * p.qkv_step, v = p.v_at + i * p.qkv_step,
                         o = i * p.out_step;
