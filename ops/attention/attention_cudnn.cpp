@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -474,19 +475,44 @@ bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t t
   return false;
 }
 
-// cuDNN's kernels take a sequence's query heads as rows of their grid, which holds 65535: more sequences than that
-// run as several calls over whole sequences (a plan per distinct count). A multiple of 16 sequences per call keeps
-// every call's pointers as aligned as the first call's (the f32 statistics too).
-int64_t sequences_per_call(const AttentionLayout& l) {
-  const int64_t fit = std::max<int64_t>(1, 65535 / l.heads);
-  return fit >= 16 ? fit / 16 * 16 : fit;
+// cuDNN's deterministic backward keeps each sequence's score gradients, [heads, seq, seq] in the input type, in its
+// workspace (2 GiB at 8 sequences of 2048 tokens and 32 heads): the backward runs as calls over whole sequences whose
+// workspace stays under TEENGINE_ATTENTION_WORKSPACE_MIB (default 1024; one sequence per call at the least).
+int64_t backward_workspace_cap() {
+  const char* v = std::getenv("TEENGINE_ATTENTION_WORKSPACE_MIB");
+  if (v == nullptr || *v == '\0') return int64_t{1024} << 20;
+  char* end = nullptr;
+  const long long mib = std::strtoll(v, &end, 10);
+  TE_CHECK_HINT(*end == '\0' && mib > 0 && mib <= (int64_t{1} << 30),
+                "TEENGINE_ATTENTION_WORKSPACE_MIB=" << v << " is not a positive number of MiB",
+                "set it to the MiB cuDNN's attention backward may use per call (e.g. 1024), or unset it");
+  return static_cast<int64_t>(mib) << 20;
+}
+
+// The fewest sequences whose QKV rows, output rows and statistics are each a multiple of 16 bytes: calls that start
+// at multiples of it keep every pointer as aligned as the first call's.
+int64_t aligned_sequences(const AttentionLayout& l, int64_t esize) {
+  for (int64_t k = 1; k < 16; ++k)
+    if (k * l.seq * l.qkv_cols() * esize % 16 == 0 && k * l.seq * l.out_cols() * esize % 16 == 0 &&
+        k * l.heads * l.seq * 4 % 16 == 0)
+      return k;
+  return 16;
+}
+
+// Sequences per call: what cuDNN's grid holds (a sequence's query heads are rows of it, 65535 at most) and, for the
+// backward, what the workspace cap allows, rounded down to a multiple of aligned_sequences.
+int64_t sequences_per_call(const AttentionLayout& l, int64_t esize, bool backward) {
+  int64_t fit = std::max<int64_t>(1, 65535 / l.heads);
+  if (backward) fit = std::min(fit, backward_workspace_cap() / (l.heads * l.seq * l.seq * esize));
+  const int64_t step = aligned_sequences(l, esize);
+  return std::max(step, fit / step * step);
 }
 
 // Runs call(first_sequence, sequences) over the batch in chunks; false when the first launched nothing (the caller
 // runs its own kernels), an error when a later one did (the output would be partly written).
-bool over_chunks(const AttentionLayout& l, int64_t tokens, std::string* why_not,
+bool over_chunks(const AttentionLayout& l, int64_t tokens, int64_t per, std::string* why_not,
                  const std::function<bool(int64_t, int64_t)>& call) {
-  const int64_t batch = tokens / l.seq, per = sequences_per_call(l);
+  const int64_t batch = tokens / l.seq;
   for (int64_t b0 = 0; b0 < batch; b0 += per) {
     if (call(b0, std::min(per, batch - b0))) continue;
     TE_CHECK(b0 == 0, "cuDNN attention ran sequences [0, " << b0 << ") but not the rest: " << *why_not);
@@ -500,7 +526,7 @@ bool over_chunks(const AttentionLayout& l, int64_t tokens, std::string* why_not,
 bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
                        void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8;
-  return over_chunks(l, tokens, why_not, [&](int64_t b0, int64_t nb) {
+  return over_chunks(l, tokens, sequences_per_call(l, esize, false), why_not, [&](int64_t b0, int64_t nb) {
     const int64_t t0 = b0 * l.seq;
     return forward_call(l, causal, scale, nb * l.seq, at(qkv, t0 * l.qkv_cols(), esize), t,
                         at(out, t0 * l.out_cols(), esize), lse + b0 * l.heads * l.seq, device, stream, why_not);
@@ -511,7 +537,7 @@ bool attention_backward(const AttentionLayout& l, bool causal, float scale, int6
                         const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
                         const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8;
-  return over_chunks(l, tokens, why_not, [&](int64_t b0, int64_t nb) {
+  return over_chunks(l, tokens, sequences_per_call(l, esize, true), why_not, [&](int64_t b0, int64_t nb) {
     const int64_t t0 = b0 * l.seq, q = t0 * l.qkv_cols(), o = t0 * l.out_cols();
     return backward_call(l, causal, scale, nb * l.seq, at(dout, o, esize), at(qkv, q, esize), at(out, o, esize),
                          lse + b0 * l.heads * l.seq, t, at(dqkv, q, esize), device, stream, why_not);

@@ -41,21 +41,27 @@ std::string attn_case_name(const ::testing::TestParamInfo<AttnCase>& i) {
 
 AttentionLayout attn_layout_of(const AttnCase& c) { return {c.heads, c.kv_heads, c.head_dim, c.seq}; }
 
-// Sets TEENGINE_ATTENTION_KERNELS (read by ops/attention at every call) for the scope, then restores it.
-class ScopedAttentionKernels {
+// Sets an environment variable that ops/attention reads at every call (TEENGINE_ATTENTION_KERNELS,
+// TEENGINE_ATTENTION_WORKSPACE_MIB) for the scope, then restores it.
+class ScopedEnv {
  public:
-  explicit ScopedAttentionKernels(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old, had_ = true;
-    setenv(kName, value, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
   }
-  ~ScopedAttentionKernels() { had_ ? setenv(kName, old_.c_str(), 1) : unsetenv(kName); }
-  ScopedAttentionKernels(const ScopedAttentionKernels&) = delete;
-  ScopedAttentionKernels& operator=(const ScopedAttentionKernels&) = delete;
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  static constexpr const char* kName = "TEENGINE_ATTENTION_KERNELS";
+  const char* name_;
   std::string old_;
   bool had_ = false;
+};
+
+// TEENGINE_ATTENTION_KERNELS for the scope.
+struct ScopedAttentionKernels : ScopedEnv {
+  explicit ScopedAttentionKernels(const char* value) : ScopedEnv("TEENGINE_ATTENTION_KERNELS", value) {}
 };
 
 std::vector<double> attention_ref_forward(const AttnCase& c, const std::vector<double>& qkv) {
@@ -254,6 +260,32 @@ TEST_P(AttentionCudnnVsOwnTest, AgreeOnTheSameInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, AttentionCudnnVsOwnTest, ::testing::ValuesIn(kGpuCases), attn_case_name);
+
+// cuDNN's backward keeps each sequence's score gradients in its workspace; under a cap it runs as calls over fewer
+// sequences with the same bytes (a sequence's heads are computed on their own), and a cap that is not a number of
+// MiB is refused by name.
+TEST(Attention, CudnnBackwardUnderAWorkspaceCapGivesTheSameBytes) {
+  TE_REQUIRE_GPU();
+  const AttnCase c{8, 130, 4, 4, 64, true, 0, DType::bf16};  // a sequence's score gradients: 4 · 130² · 2 bytes
+  const AttentionLayout l = attn_layout_of(c);
+  const Tensor qkv = random_2d(c.batch * c.seq, l.qkv_cols(), c.dtype, 41, Device::cuda(0), Layout::contiguous);
+  const Tensor dout = random_2d(c.batch * c.seq, l.out_cols(), c.dtype, 43, Device::cuda(0), Layout::contiguous);
+  const ScopedAttentionKernels cudnn("cudnn");
+  const KernelRun whole = run_kernels(c, qkv, &dout);
+  {
+    const ScopedEnv cap("TEENGINE_ATTENTION_WORKSPACE_MIB", "1");  // 7 sequences per call: calls of 7 and 1
+    const KernelRun capped = run_kernels(c, qkv, &dout);
+    EXPECT_EQ(bytes_of(whole.out), bytes_of(capped.out));
+    EXPECT_EQ(bytes_of(whole.dqkv), bytes_of(capped.dqkv));
+  }
+  const ScopedEnv bad("TEENGINE_ATTENTION_WORKSPACE_MIB", "lots");
+  try {
+    run_kernels(c, qkv, &dout);
+    FAIL() << "a workspace cap of 'lots' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TEENGINE_ATTENTION_WORKSPACE_MIB=lots"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Attention, KernelsChoiceIsReadFromTheEnvironmentAndBadNamesAreRefused) {
   {
