@@ -477,15 +477,16 @@ bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t t
 
 // cuDNN's deterministic backward keeps each sequence's score gradients, [heads, seq, seq] in the input type, in its
 // workspace (2 GiB at 8 sequences of 2048 tokens and 32 heads): the backward runs as calls over whole sequences whose
-// workspace stays under TEENGINE_ATTENTION_WORKSPACE_MIB (default 1024; one sequence per call at the least).
+// workspace stays under TEENGINE_ATTENTION_WORKSPACE_MIB (default 8192, a tenth of an 80 GB GPU; one sequence per
+// call at the least).
 int64_t backward_workspace_cap() {
   const char* v = std::getenv("TEENGINE_ATTENTION_WORKSPACE_MIB");
-  if (v == nullptr || *v == '\0') return int64_t{1024} << 20;
+  if (v == nullptr || *v == '\0') return int64_t{8192} << 20;
   char* end = nullptr;
   const long long mib = std::strtoll(v, &end, 10);
   TE_CHECK_HINT(*end == '\0' && mib > 0 && mib <= (int64_t{1} << 30),
                 "TEENGINE_ATTENTION_WORKSPACE_MIB=" << v << " is not a positive number of MiB",
-                "set it to the MiB cuDNN's attention backward may use per call (e.g. 1024), or unset it");
+                "set it to the MiB cuDNN's attention backward may use per call (e.g. 8192), or unset it");
   return static_cast<int64_t>(mib) << 20;
 }
 
