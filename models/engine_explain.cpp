@@ -1,4 +1,5 @@
 // Engine::explain: the plan `teengine run --explain` prints (spec, placement, gather paths, forward plan, memory).
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -95,10 +96,22 @@ std::string Engine::explain() const {
     // The step's planned peak: what the model holds, the arena, the values the kernels allocate outside it at their
     // peak, the step's input and target, and the GEMM workspace where one is allocated (the CPU GEMM has none).
     const int64_t inputs = 2 * local_tokens * m.spec().model.hidden * te::dtype_bits(m.spec().model.dtype) / 8;
-    const int64_t planned = mem.weights + mem.weight_images + mem.master_weights + mem.gradients + mem.optimizer_state + workspace +
-                            arena + held + inputs;
+    // cuDNN's attention backward takes its workspace for the length of the call, one layer at a time.
+    int64_t attention = 0;
+    for (const te::Branch& br : m.spec().model.block)
+      for (const te::LayerSpec& l : br)
+        if (l.kind == te::LayerKind::attention) {
+          const te::AttentionLayout al{l.attention.heads / w, l.attention.kv_heads / w, l.attention.head_dim,
+                                       l.attention.seq_len};
+          attention = std::max(attention, te::attention_backward_workspace_bytes(m.device(), al, m.spec().run.tokens,
+                                                                                 m.spec().model.dtype));
+        }
+    const int64_t planned = mem.weights + mem.weight_images + mem.master_weights + mem.gradients + mem.optimizer_state +
+                            workspace + arena + held + inputs + attention;
     o << " + " << mib(held) << " (quantized activations and gradients, loss gradient: outside the arena, at their "
-      << "peak), step input and target " << mib(inputs) << "; planned step peak " << mib(planned);
+      << "peak), step input and target " << mib(inputs)
+      << (attention ? ", cuDNN attention backward workspace " + mib(attention) : "") << "; planned step peak "
+      << mib(planned);
   }
   o << "; device allocator now " << mib(te::memory_stats(m.device()).current_bytes) << ", peak "
     << mib(te::memory_stats(m.device()).peak_bytes) << "\n";

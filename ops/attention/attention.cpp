@@ -2,11 +2,13 @@
 // the GPU, cuDNN's fused attention or the engine's own CUDA kernels.
 #include "ops/attention/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "engine/error.h"
 #include "ops/attention/attention_impl.h"
+#include "ops/attention/cudnn_calls.h"
 #include "ops/attention/rope.h"
 #include "te_config.h"
 #if TE_WITH_CUDA
@@ -89,6 +91,15 @@ std::optional<AttentionKernels> forced_attention_kernels() {
   if (s == "own") return AttentionKernels::own;
   TE_THROW("TEENGINE_ATTENTION_KERNELS='" << s << "' names no attention kernels",
            "use cudnn or own, or unset it (cuDNN where it supports the case)");
+}
+
+int64_t attention_backward_workspace_bytes(Device device, const AttentionLayout& l, int64_t tokens, DType t) {
+  if (device.is_cpu() || !cudnn_attention_supports(t, l.head_dim) ||
+      forced_attention_kernels() == AttentionKernels::own)
+    return 0;
+  const int64_t esize = dtype_info(t).bits / 8;
+  const int64_t per_call = std::min(tokens / l.seq, cudnn_attention::sequences_per_call(l, esize, true));
+  return per_call * cudnn_attention::backward_workspace_per_sequence(l, esize);
 }
 
 AttentionKernels last_attention_kernels(bool backward) {

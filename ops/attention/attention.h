@@ -80,6 +80,10 @@ AttentionKernels last_attention_kernels(bool backward);
 // head_dim 64 and 128 take the register-resident own kernels when every buffer is 16-byte aligned (the engine's are).
 std::string attention_kernels(Device device, DType t, int64_t head_dim);
 
+// The largest workspace one attention backward over `tokens` takes on this device: cuDNN's (its calls over whole
+// sequences, ops/attention/cudnn_calls.h) where cuDNN may run the case, 0 on the CPU and for the own kernels.
+int64_t attention_backward_workspace_bytes(Device device, const AttentionLayout& l, int64_t tokens, DType t);
+
 // Checks a layout against a QKV tensor of `tokens` rows (a te::Error naming what disagrees).
 void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols);
 

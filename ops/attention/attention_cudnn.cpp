@@ -26,7 +26,6 @@
 #include <cuda_runtime.h>
 
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -39,6 +38,7 @@
 #include "engine/error.h"
 #include "engine/log.h"
 #include "engine/tensor.h"
+#include "ops/attention/cudnn_calls.h"
 #include "ops/attention/cudnn_graph.h"
 
 namespace te::cudnn_attention {
@@ -473,40 +473,6 @@ bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t t
     return true;
   }
   return false;
-}
-
-// cuDNN's deterministic backward keeps each sequence's score gradients, [heads, seq, seq] in the input type, in its
-// workspace (2 GiB at 8 sequences of 2048 tokens and 32 heads): the backward runs as calls over whole sequences whose
-// workspace stays under TEENGINE_ATTENTION_WORKSPACE_MIB (default 8192, a tenth of an 80 GB GPU; one sequence per
-// call at the least).
-int64_t backward_workspace_cap() {
-  const char* v = std::getenv("TEENGINE_ATTENTION_WORKSPACE_MIB");
-  if (v == nullptr || *v == '\0') return int64_t{8192} << 20;
-  char* end = nullptr;
-  const long long mib = std::strtoll(v, &end, 10);
-  TE_CHECK_HINT(*end == '\0' && mib > 0 && mib <= (int64_t{1} << 30),
-                "TEENGINE_ATTENTION_WORKSPACE_MIB=" << v << " is not a positive number of MiB",
-                "set it to the MiB cuDNN's attention backward may use per call (e.g. 8192), or unset it");
-  return static_cast<int64_t>(mib) << 20;
-}
-
-// The fewest sequences whose QKV rows, output rows and statistics are each a multiple of 16 bytes: calls that start
-// at multiples of it keep every pointer as aligned as the first call's.
-int64_t aligned_sequences(const AttentionLayout& l, int64_t esize) {
-  for (int64_t k = 1; k < 16; ++k)
-    if (k * l.seq * l.qkv_cols() * esize % 16 == 0 && k * l.seq * l.out_cols() * esize % 16 == 0 &&
-        k * l.heads * l.seq * 4 % 16 == 0)
-      return k;
-  return 16;
-}
-
-// Sequences per call: what cuDNN's grid holds (a sequence's query heads are rows of it, 65535 at most) and, for the
-// backward, what the workspace cap allows, rounded down to a multiple of aligned_sequences.
-int64_t sequences_per_call(const AttentionLayout& l, int64_t esize, bool backward) {
-  int64_t fit = std::max<int64_t>(1, 65535 / l.heads);
-  if (backward) fit = std::min(fit, backward_workspace_cap() / (l.heads * l.seq * l.seq * esize));
-  const int64_t step = aligned_sequences(l, esize);
-  return std::max(step, fit / step * step);
 }
 
 // Runs call(first_sequence, sequences) over the batch in chunks; false when the first launched nothing (the caller

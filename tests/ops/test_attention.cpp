@@ -13,6 +13,7 @@
 #include "common/attention_reference.h"
 #include "common/gpu.h"
 #include "ops/attention/attention.h"
+#include "ops/attention/cudnn_calls.h"
 #include "ops/attention/rope.h"
 #include "ops_test_util.h"
 
@@ -281,6 +282,41 @@ TEST(Attention, CudnnBackwardUnderAWorkspaceCapGivesTheSameBytes) {
   const ScopedEnv bad("TEENGINE_ATTENTION_WORKSPACE_MIB", "lots");
   try {
     run_kernels(c, qkv, &dout);
+    FAIL() << "a workspace cap of 'lots' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TEENGINE_ATTENTION_WORKSPACE_MIB=lots"), std::string::npos) << e.what();
+  }
+}
+
+// cuDNN's calls and backward workspace, as arithmetic: the per-sequence workspace reproduces what cuDNN 9.14's plans
+// reported on an H100 (plus our f32 row sums), the cap cuts the backward into calls of whole sequences, and
+// --explain's figure is zero where cuDNN does not run.
+TEST(Attention, CudnnCallsAndBackwardWorkspaceFollowTheCap) {
+  const AttentionLayout mha{32, 32, 128, 2048}, gqa{32, 8, 128, 2048};
+  const int64_t row_sums = 8 * 32 * 2048 * 4;
+  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(mha, 2), int64_t{2147483648} + row_sums);
+  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(gqa, 2), int64_t{2415919104} + row_sums);
+  {
+    const ScopedEnv unset("TEENGINE_ATTENTION_WORKSPACE_MIB", "");
+    EXPECT_EQ(cudnn_attention::backward_workspace_cap(), int64_t{8192} << 20);
+    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, true), 31);     // 8 GiB over 256.25 MiB a sequence
+    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, false), 2047);  // 65535 rows of 32 heads
+    const ScopedAttentionKernels own("own");
+    EXPECT_EQ(attention_backward_workspace_bytes(Device::cuda(0), mha, 8 * 2048, DType::bf16), 0);
+  }
+  EXPECT_EQ(attention_backward_workspace_bytes(Device::cpu(), mha, 8 * 2048, DType::bf16), 0);
+  {
+    const ScopedEnv cap("TEENGINE_ATTENTION_WORKSPACE_MIB", "1");
+    const AttentionLayout small{4, 4, 64, 130};  // 137280 bytes a sequence: 7 in 1 MiB
+    EXPECT_EQ(cudnn_attention::sequences_per_call(small, 2, true), 7);
+    // One-token sequences of 2 heads: 32767 fit the grid, rounded down to pairs (a sequence's statistics are 8 bytes).
+    EXPECT_EQ(cudnn_attention::sequences_per_call({2, 2, 8, 1}, 2, true), 32766);
+    const ScopedAttentionKernels unset("");
+    EXPECT_EQ(attention_backward_workspace_bytes(Device::cuda(0), small, 8 * 130, DType::bf16), 7 * 137280);
+  }
+  const ScopedEnv bad("TEENGINE_ATTENTION_WORKSPACE_MIB", "lots");
+  try {
+    cudnn_attention::backward_workspace_cap();
     FAIL() << "a workspace cap of 'lots' was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("TEENGINE_ATTENTION_WORKSPACE_MIB=lots"), std::string::npos) << e.what();
