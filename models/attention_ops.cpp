@@ -30,6 +30,10 @@ void check_qkv_type(const Node& n, const ValueType& qkv) {
 
 namespace model_ops {
 
+AttentionLayout rank_attention_layout(const AttentionSpec& a, int64_t world) {
+  return {a.heads / world, a.kv_heads / world, a.head_dim, a.seq_len};
+}
+
 std::vector<ValueType> infer_rope(const Node& n, const std::vector<ValueType>& in) {
   check_qkv_type(n, in[0]);
   return {in[0]};

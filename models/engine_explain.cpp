@@ -6,6 +6,7 @@
 #include "comm/gather.h"
 #include "engine/allocator.h"
 #include "models/engine_state.h"
+#include "models/model_ops.h"
 #include "models/recipe.h"
 #include "ops/attention/attention.h"
 
@@ -101,10 +102,9 @@ std::string Engine::explain() const {
     for (const te::Branch& br : m.spec().model.block)
       for (const te::LayerSpec& l : br)
         if (l.kind == te::LayerKind::attention) {
-          const te::AttentionLayout al{l.attention.heads / w, l.attention.kv_heads / w, l.attention.head_dim,
-                                       l.attention.seq_len};
-          attention = std::max(attention, te::attention_backward_workspace_bytes(m.device(), al, m.spec().run.tokens,
-                                                                                 m.spec().model.dtype));
+          attention = std::max(attention, te::attention_backward_workspace_bytes(
+                                              m.device(), te::model_ops::rank_attention_layout(l.attention, w),
+                                              m.spec().run.tokens, m.spec().model.dtype));
         }
     const int64_t planned = mem.weights + mem.weight_images + mem.master_weights + mem.gradients + mem.optimizer_state +
                             workspace + arena + held + inputs + attention;

@@ -103,11 +103,8 @@ std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, const std::s
 
 int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& name) {
   const AttentionSpec& a = l.attention;
-  const int64_t world = ctx.world();
-  Attrs layout{{"heads", a.heads / world},
-               {"kv_heads", a.kv_heads / world},
-               {"head_dim", a.head_dim},
-               {"seq", a.seq_len}};
+  const AttentionLayout rl = model_ops::rank_attention_layout(a, ctx.world());
+  Attrs layout{{"heads", rl.heads}, {"kv_heads", rl.kv_heads}, {"head_dim", rl.head_dim}, {"seq", rl.seq}};
   if (a.rotary_base > 0) {
     Attrs rope = layout;
     qkv = b.add1(model_op(ModelOp::rope), {qkv}, rope.set("base", a.rotary_base).set("in_place", int64_t{0}),

@@ -17,6 +17,8 @@
 
 #include "graph/op_table.h"
 #include "models/parallel_linear.h"
+#include "models/spec.h"
+#include "ops/attention/attention.h"
 
 namespace te {
 
@@ -67,6 +69,8 @@ void backward_row_gemm(BackwardBuilder& bb);
 void backward_reduce(BackwardBuilder& bb);
 void backward_residual(BackwardBuilder& bb);
 // Attention's rows (models/attention_ops.cpp): their kernels own everything they need in their attributes.
+// A rank's share of an attention layer: its heads of a tensor-parallel group of `world`, over whole sequences.
+AttentionLayout rank_attention_layout(const AttentionSpec& a, int64_t world);
 void backward_rope(BackwardBuilder& bb);
 void backward_attention(BackwardBuilder& bb);
 }  // namespace model_ops
