@@ -17,8 +17,9 @@
 //     accumulation for fprop, split accumulation for dgrad/wgrad (override with GemmOptions::fast_accum).
 //   fp8 block 1D/2D × fp8 block 1D/2D: 1x128 (VEC128) and 128x128 (BLK128x128) fp32 scales, split accumulation;
 //     2D × 2D is rejected (Hopper has no such kernel).
-//   fp8 with at most 64 output rows, when GemmKernel::streaming is asked for: a weight-streaming tensor-core kernel
-//     (gemm_streaming.h); same scales, split accumulation per 128-block.
+//   fp8 with at most kStreamingRows output rows (per-tensor, or 1x128 × 1x128/128x128 blocks): a weight-streaming
+//     tensor-core kernel (gemm_streaming.h); same scales, split accumulation per 128-block. Chosen automatically
+//     where it runs; GemmKernel::cublaslt keeps cuBLASLt.
 //   MXFP8 / NVFP4 (and any mix of formats): exact dequantization of the needed copies to bf16, then a bf16 GEMM;
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
 // CPU (any format): every operand is dequantized to f32 from the copy the role needs, then an f32 GEMM; so the CPU
@@ -44,10 +45,12 @@ namespace te {
 
 enum class GemmRole : uint8_t { fprop, dgrad, wgrad };
 
-// Which CUDA kernel runs an fp8 GEMM. automatic: cuBLASLt. streaming: the weight-streaming kernel for at most 64
-// output rows (gemm_streaming.h) — opt-in: on the H200 it is not faster than cuBLASLt yet (docs/PERFORMANCE.md);
-// forcing it on a problem it cannot run throws with the reason. CPU GEMMs ignore the choice.
+// Which CUDA kernel runs an fp8 GEMM. automatic: the weight-streaming kernel (gemm_streaming.h) for at most
+// kStreamingRows output rows when it can run the problem (past 16 rows cuBLASLt was faster on an H100), else
+// cuBLASLt. cublaslt: always cuBLASLt. streaming: the weight-streaming kernel (up to 64 rows), and a problem it
+// cannot run throws with the reason. CPU GEMMs ignore the choice.
 enum class GemmKernel : uint8_t { automatic, cublaslt, streaming };
+inline constexpr int64_t kStreamingRows = 16;
 std::string_view gemm_role_name(GemmRole r);  // "fprop" | "dgrad" | "wgrad"
 
 // A GEMM operand: a high-precision tensor or a quantized tensor (cheap to copy: both hold shared storage).

@@ -405,11 +405,13 @@ cuda::StreamingScale streaming_scale(QuantFormat f) {
                                           : cuda::StreamingScale::per_tensor;
 }
 
-// The weight-streaming kernel for few output rows (gemm_streaming.h), when asked for; false: cuBLASLt runs it.
+// The weight-streaming kernel for few output rows (gemm_streaming.h): when forced, or automatically where it can
+// run the problem; false: cuBLASLt runs it.
 bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
                    const GemmOptions& opts, const Stream& stream) {
-  if (opts.kernel != GemmKernel::streaming) return false;
+  const bool forced = opts.kernel == GemmKernel::streaming;
   const int64_t P = lhs.data.size(0), Q = rhs.data.size(0), D = lhs.data.size(1);
+  if (!forced && (opts.kernel != GemmKernel::automatic || P > kStreamingRows)) return false;
   const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
   cuda::StreamingGemm g;
   g.lhs = lhs.data.data_ptr(), g.rhs = rhs.data.data_ptr();
@@ -422,6 +424,7 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
   const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
                     : !out.is_contiguous()                ? "the output is not contiguous"
                                                           : cuda::streaming_gemm_unsupported(g);
+  if (*why && !forced) return false;
   TE_CHECK_HINT(!*why,
                 "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
                         << "]: the weight-streaming kernel cannot run it: " << why,

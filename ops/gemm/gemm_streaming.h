@@ -1,17 +1,16 @@
-// Weight-streaming fp8 GEMM for a few rows (CUDA builds only; GemmKernel::streaming).
+// Weight-streaming fp8 GEMM for a few rows (CUDA builds, sm_90; GemmKernel::automatic picks it for up to
+// kStreamingRows rows, where it is faster than cuBLASLt).
 //
-// With few tokens (P ≤ 64 output rows) an fp8 GEMM is bound by reading the weight once from HBM. This kernel
-// streams the [Q, D] operand with 16-byte non-caching loads, keeps the small [P, D] operand in L1/L2, and multiplies
-// on the tensor cores (fp8 converted exactly to f16, mma.sync m16n8k16, fp32 accumulation).
-// Status (H200, docs/PERFORMANCE.md): correct, but it reads the weight at ~1.1 TB/s for 16 rows and slower for more,
-// against cuBLASLt's ~2.1 TB/s, so GemmKernel::automatic does not choose it. ncu: instruction/latency-bound (every
-// warp converts the token rows it multiplies; 25 % occupancy), not bandwidth-bound; beating cuBLASLt at few tokens
-// needs that fixed first.
+// With few tokens an fp8 GEMM is bound by reading the weight once from HBM. This kernel streams the [Q, D] operand
+// through a ring of shared-memory stages filled by the tensor-memory accelerator (one producer warp, several K
+// blocks per stage so that each weight row is read in long runs), reads the small [P, D] operand's matching K blocks
+// with it, and multiplies on the tensor cores (mma.sync m16n8k32 fp8, fp32 accumulation). It runs up to 64 rows
+// (StreamingGemm::kMaxRows); past 16 it is slower than cuBLASLt. Figures: docs/PERFORMANCE.md.
 //
 // Numerics: every 128-wide K block is accumulated on its own and then added to the fp32 result times the block's
 // scales ("split accumulation", as cuBLASLt does for block scaling); per-tensor scales multiply once at the end.
 // The K range is split over CTAs; partial sums go through fp32 workspace and the last CTA of each column tile adds
-// them in split order, so results are deterministic.
+// them in split order, so results are deterministic, and a row's result does not depend on the other rows.
 #pragma once
 #include <cstdint>
 

@@ -1,7 +1,8 @@
-// Dynamic batching (Engine::set_batching) on the CPU: for the recipes that quantize per token (none, fp8_block,
-// mxfp8) every request batched with others gets the bytes it gets alone, whatever the batch (the CPU GEMM is
-// row-independent: ops/gemm/row_gemm.h); per-tensor recipes are refused unless asked for, and then do change
-// outputs; the batcher reports its batches and drains when switched off.
+// Dynamic batching (Engine::set_batching) on the CPU (pinned: on a GPU the GEMM kernel is chosen by the token count,
+// so a batch may differ from a lone request in the last bits, as the README says): for the recipes that quantize per
+// token (none, fp8_block, mxfp8) every request batched with others gets the bytes it gets alone, whatever the batch
+// (the CPU GEMM is row-independent: ops/gemm/row_gemm.h); per-tensor recipes are refused unless asked for, and then do
+// change outputs; the batcher reports its batches and drains when switched off.
 #include <gtest/gtest.h>
 #include <teengine/teengine.h>
 
@@ -60,7 +61,8 @@ class BatchingExact : public ::testing::TestWithParam<const char*> {};
 // One forward of many requests concatenated (what the batcher runs), sliced back: each slice equals the request's
 // forward alone, byte for byte, in every order.
 TEST_P(BatchingExact, ConcatenatedForwardEqualsEachAlone) {
-  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.mode=infer", std::string("precision.recipe=") + GetParam()});
+  auto e = teengine::Engine::from_yaml(
+      batching_tiny(), {"run.device=cpu", "run.mode=infer", std::string("precision.recipe=") + GetParam()});
   ASSERT_TRUE(e.tokens_independent());
   std::vector<HostTensor> reqs, want;
   for (size_t i = 0; i < std::size(kBatchingTokens); ++i) {
@@ -87,7 +89,8 @@ TEST_P(BatchingExact, ConcatenatedForwardEqualsEachAlone) {
 // The engine's batcher under concurrent callers: every reply is the request's bytes alone, and requests did share
 // forwards.
 TEST_P(BatchingExact, ConcurrentCallersGetTheirBytesAlone) {
-  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.mode=infer", std::string("precision.recipe=") + GetParam()});
+  auto e = teengine::Engine::from_yaml(
+      batching_tiny(), {"run.device=cpu", "run.mode=infer", std::string("precision.recipe=") + GetParam()});
   const int n = 24;
   std::vector<HostTensor> reqs, want;
   for (int i = 0; i < n; ++i) {
@@ -119,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(PerTokenRecipes, BatchingExact, ::testing::Values("none
 // Per-tensor scaling: the batch's amax sets every request's scale. Refused unless asked for; when asked for, some
 // request's output does change.
 TEST(Batching, PerTensorRecipeIsRefusedUnlessAllowed) {
-  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.mode=infer", "precision.recipe=fp8_current"});
+  auto e = teengine::Engine::from_yaml(batching_tiny(),
+                                       {"run.device=cpu", "run.mode=infer", "precision.recipe=fp8_current"});
   EXPECT_FALSE(e.tokens_independent());
   teengine::BatchingOptions b;
   b.enabled = true;
@@ -151,7 +155,7 @@ TEST(Batching, PerTensorRecipeIsRefusedUnlessAllowed) {
 
 // Switching batching off sends the queued requests at once (no waiting out max_wait_us) and forward runs alone again.
 TEST(Batching, SwitchingOffRunsTheQueue) {
-  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.mode=infer", "precision.recipe=none"});
+  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.device=cpu", "run.mode=infer", "precision.recipe=none"});
   teengine::BatchingOptions b;
   b.enabled = true;
   b.max_wait_us = 60'000'000;
@@ -172,7 +176,7 @@ TEST(Batching, SwitchingOffRunsTheQueue) {
 
 // A bad request is refused on its own (input Error) and never fails the batch it would have joined.
 TEST(Batching, BadRequestFailsAlone) {
-  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.mode=infer"});
+  auto e = teengine::Engine::from_yaml(batching_tiny(), {"run.device=cpu", "run.mode=infer"});
   teengine::BatchingOptions b;
   b.enabled = true;
   e.set_batching(b);

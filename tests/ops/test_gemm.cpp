@@ -256,9 +256,9 @@ TEST_P(GemmQuantized, CudaMatchesCpu) {
   const Tensor got = gemm(to_device(qa, gpu), to_device(qb, gpu), role, gopts, ctx);
   const auto w = want.to_f32_vector();
   EXPECT_LE(test::rel_l2(std::vector<double>(w.begin(), w.end()), got.to_f32_vector()), test::kTolBF16);
-  // Second call: served from the plan cache.
+  // Second call: served from the plan cache (cuBLASLt's; few-row fp8 problems run the streaming kernel instead).
   gemm(to_device(qa, gpu), to_device(qb, gpu), role, gopts, ctx);
-  EXPECT_GE(ctx.stats().plan_cache_hits, 1);
+  EXPECT_GE(ctx.stats().plan_cache_hits + ctx.stats().streaming_calls, 1);
 }
 
 // CUDA accumulate (wgrad-style out += result, f32 out) vs the CPU path.

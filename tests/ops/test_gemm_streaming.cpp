@@ -1,6 +1,6 @@
 // The weight-streaming fp8 GEMM (few output rows, ops/gemm/gemm_streaming.h) against a float64 GEMM of the
 // dequantized copies, across formats, row counts around its m16 tiles, column tails, split-K and the epilogue;
-// plus the opt-in choice and the refusals. GPU only (skips without one).
+// plus the automatic choice and the refusals. GPU only (skips without one).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,7 +60,7 @@ std::vector<double> reference(const QuantizedTensor& qx, const QuantizedTensor& 
   return out;
 }
 
-// f32 output through the streaming kernel (not chosen automatically).
+// f32 output through the streaming kernel, forced (a problem it cannot run throws).
 GemmOptions forced_streaming() {
   GemmOptions o;
   o.out_dtype = DType::f32;
@@ -144,7 +144,7 @@ TEST(GemmStreamingRoles, DgradMatchesCublasLt) {
   EXPECT_LE(test::rel_l2(std::vector<double>(v.begin(), v.end()), got.to_f32_vector()), 1e-3);
 }
 
-TEST(GemmStreamingRoles, OptInOnlyAndClearRefusals) {
+TEST(GemmStreamingRoles, ChosenAutomaticallyForFewRowsAndClearRefusals) {
   TE_REQUIRE_GPU();
   const Device gpu = Device::cuda(0);
   const Formats& f = kFormats[3];
@@ -156,9 +156,15 @@ TEST(GemmStreamingRoles, OptInOnlyAndClearRefusals) {
   GemmContext ctx(gpu);
   GemmOptions opts;
   const auto [x65, w65] = operands(65, 256);
-  const auto [x64, w64] = operands(64, 256);
-  gemm(x64, w64, GemmRole::fprop, opts, ctx);  // automatic: cuBLASLt (the streaming kernel is opt-in)
-  EXPECT_EQ(ctx.stats().streaming_calls, 0);
+  const auto [x16, w16] = operands(kStreamingRows, 256);
+  const auto [x17, w17] = operands(kStreamingRows + 1, 256);
+  gemm(x16, w16, GemmRole::fprop, opts, ctx);  // automatic: streaming up to kStreamingRows, cuBLASLt past them
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
+  gemm(x17, w17, GemmRole::fprop, opts, ctx);
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
+  opts.kernel = GemmKernel::cublaslt;
+  gemm(x16, w16, GemmRole::fprop, opts, ctx);
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
 
   opts.kernel = GemmKernel::streaming;
   try {
@@ -186,6 +192,7 @@ TEST(GemmStreamingRoles, OptInOnlyAndClearRefusals) {
   opts.kernel = GemmKernel::automatic;  // the same problems run on cuBLASLt (zero-padded)
   EXPECT_NO_THROW(gemm(x200, w200, GemmRole::fprop, opts, ctx));
   EXPECT_NO_THROW(gemm(xb, wb, GemmRole::fprop, opts, ctx));
+  EXPECT_EQ(ctx.stats().streaming_calls, 1);
 }
 
 }  // namespace

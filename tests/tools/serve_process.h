@@ -18,14 +18,16 @@ namespace te::test {
 
 class ServeProcess {
  public:
-  // `args` follow the model spec; --port and --port-file are added.
+  // `args` follow the model spec; --port and --port-file are added, and the model runs on the CPU (the tests compare
+  // batched replies with lone ones byte for byte, which only the CPU GEMM promises).
   ServeProcess(const std::string& model, std::vector<std::string> args) {
     const char* bin = std::getenv("TE_SERVE_BIN");
     if (!bin) throw std::runtime_error("TE_SERVE_BIN not set (meson test sets it)");
     port_file_ = std::filesystem::temp_directory_path() /
                  ("te_serve_port_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     std::filesystem::remove(port_file_);
-    args.insert(args.begin(), {bin, model, "--port", "0", "--port-file", port_file_.string()});
+    args.insert(args.begin(),
+                {bin, model, "--set", "run.device=cpu", "--port", "0", "--port-file", port_file_.string()});
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<char*> argv;

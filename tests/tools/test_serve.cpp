@@ -227,9 +227,9 @@ TEST(Serve, OutputEqualsTeengineRun) {
   const auto dir = std::filesystem::temp_directory_path() / ("te_serve_run_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "in.safetensors", std::ios::binary) << body;
-  const std::string cmd = std::string("'") + cli_bin + "' run '" + tiny() + "' --set run.tokens=64 --input '" +
-                          (dir / "in.safetensors").string() + "' --output '" + (dir / "out.safetensors").string() +
-                          "' >/dev/null";
+  const std::string cmd = std::string("'") + cli_bin + "' run '" + tiny() +
+                          "' --set run.device=cpu --set run.tokens=64 --input '" + (dir / "in.safetensors").string() +
+                          "' --output '" + (dir / "out.safetensors").string() + "' >/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(dir / "out.safetensors", std::ios::binary);
   const std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
