@@ -10,11 +10,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// A barrier that completes a phase on one arrival plus the bytes announced with it. Then, before any thread
-// waits: __syncthreads().
-__device__ __forceinline__ void barrier_init(uint64_t* bar) {
+// A barrier that completes a phase on `arrivals` arrivals (one, for load() below) plus the bytes announced with
+// them. Then, before any thread waits: __syncthreads().
+__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t arrivals = 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }

@@ -80,12 +80,12 @@ __device__ __forceinline__ void store_result(const StreamingGemm& g, float facto
 
 // 4 bytes global → shared, asynchronously (zeros when !valid); completion is tracked by cp_async_arrive.
 __device__ __forceinline__ void copy4_async(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(tma::smem_u32(dst)), "l"(src), "r"(valid ? 4 : 0)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(bulk::smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
                : "memory");
 }
 // One arrival on `bar` once this thread's earlier cp.async copies have landed (counted in the barrier's arrivals).
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(tma::smem_u32(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bulk::smem_addr(bar)) : "memory");
 }
 
 template <int NT, bool kBlockScaled, Types T>
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t kb0 = split * kblocks / splits, kb1 = (split + 1) * kblocks / splits;
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* ring = smem_raw + ((1024 - tma::smem_u32(smem_raw) % 1024) % 1024);
+  uint8_t* ring = smem_raw + ((1024 - bulk::smem_addr(smem_raw) % 1024) % 1024);
   auto* scale_slots = reinterpret_cast<float*>(ring + R::kStages * R::kStageBytes);  // [stage][KPS][kScaleFloats]
   auto* full = reinterpret_cast<uint64_t*>(scale_slots + R::kStages * R::KPS * R::kScaleFloats);
   uint64_t* empty = full + R::kStages;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr uint32_t kFullArrivals = kBlockScaled ? 1 + 32 : 1;
   if (threadIdx.x == 0) {
     for (int s = 0; s < R::kStages; ++s)
-      tma::barrier_init(&full[s], kFullArrivals), tma::barrier_init(&empty[s], kConsumerWarps);
+      bulk::barrier_init(&full[s], kFullArrivals), bulk::barrier_init(&empty[s], kConsumerWarps);
   }
   __syncthreads();
 
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t phase = 0;
     for (int64_t kb = kb0; kb < kb1; kb += R::KPS) {
       const int blocks = int(std::min<int64_t>(R::KPS, kb1 - kb));
-      tma::wait(&empty[s], phase ^ 1);
+      bulk::wait(&empty[s], phase ^ 1);
       if constexpr (kBlockScaled) {
         for (int u = 0; u < blocks; ++u) {
           float* slot = scale_slots + (s * R::KPS + u) * R::kScaleFloats;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t phase = 0;
     for (int64_t kb = kb0; kb < kb1; kb += R::KPS) {
       const int blocks = int(std::min<int64_t>(R::KPS, kb1 - kb));
-      tma::wait(&full[s], phase);
+      bulk::wait(&full[s], phase);
 #pragma unroll
       for (int u = 0; u < R::KPS; ++u) {
         if (u >= blocks) break;

@@ -1,5 +1,6 @@
-// Device side of a producer/consumer ring in shared memory (sm_90+): mbarriers that count arrivals and the bytes
-// of tensor-memory-accelerator loads, and the 2-D TMA load itself (ops/gemm/tensor_map.h builds its descriptor).
+// Device side of a producer/consumer ring in shared memory (sm_90+), on the mbarriers of
+// ops/elementwise/bulk_copy.cuh (bulk::barrier_init with the arrival count, bulk::wait): arrivals with and without
+// announced bytes, L2 policies, and the 2-D TMA load itself (ops/gemm/tensor_map.h builds its descriptor).
 // A "full" barrier completes when the producer's loads of a stage have landed; an "empty" barrier when every
 // consumer warp has finished reading it. Waits name the phase parity: 0 for a stage's first use, then alternating;
 // a producer waits for "empty" with the opposite parity, which a fresh barrier passes at once.
@@ -8,41 +9,21 @@
 
 #include <cstdint>
 
+#include "ops/elementwise/bulk_copy.cuh"
+
 namespace te::cuda::tma {
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Then __syncthreads() before any thread uses the barrier.
-__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t arrivals) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(arrivals) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
 
 __device__ __forceinline__ void arrive(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bulk::smem_addr(bar)) : "memory");
 #endif
 }
 
 // One arrival that also announces `bytes` still to land through loads completing on this barrier.
 __device__ __forceinline__ void arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done)
-                 : "r"(smem_u32(bar)), "r"(parity)
-                 : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bulk::smem_addr(bar)), "r"(bytes)
+               : "memory");
 #endif
 }
 
@@ -71,8 +52,8 @@ __device__ __forceinline__ void load_2d(void* dst, const CUtensorMap* map, int x
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar)), "l"(policy)
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(bulk::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bulk::smem_addr(bar)), "l"(policy)
       : "memory");
 #else
   __trap();
