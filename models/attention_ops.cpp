@@ -17,7 +17,7 @@ AttentionLayout attention_layout_of(const Node& n) {
 }
 
 AttentionOptions attention_options_of(const Node& n) {
-  return {n.attr<bool>("causal"), static_cast<float>(n.attr<double>("scale"))};
+  return {n.attr<bool>("causal"), static_cast<float>(n.attr<double>("scale")), n.attr_or<bool>("deterministic", true)};
 }
 
 void check_qkv_type(const Node& n, const ValueType& qkv) {

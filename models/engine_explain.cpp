@@ -104,7 +104,7 @@ std::string Engine::explain() const {
         if (l.kind == te::LayerKind::attention) {
           attention = std::max(attention, te::attention_backward_workspace_bytes(
                                               m.device(), te::model_ops::rank_attention_layout(l.attention, w),
-                                              m.spec().run.tokens, m.spec().model.dtype));
+                                              m.spec().run.tokens, m.spec().model.dtype, l.attention.deterministic));
         }
     const int64_t planned = mem.weights + mem.weight_images + mem.master_weights + mem.gradients + mem.optimizer_state +
                             workspace + arena + held + inputs + attention;

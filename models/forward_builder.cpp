@@ -111,7 +111,7 @@ int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& na
                  name + ".rope");
   }
   Attrs attn = layout;
-  attn.set("causal", a.causal).set("scale", a.softmax_scale);
+  attn.set("causal", a.causal).set("scale", a.softmax_scale).set("deterministic", a.deterministic);
   return b.add(model_op(ModelOp::attention), {qkv}, attn, name, {"out", "lse"})[0];
 }
 

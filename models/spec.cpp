@@ -93,6 +93,7 @@ std::string attention_summary(const AttentionSpec& a) {
   o << " of " << a.head_dim << ", seq " << a.seq_len << (a.causal ? ", causal" : "");
   if (a.softmax_scale > 0) o << ", scale " << a.softmax_scale;
   if (a.rotary_base > 0) o << ", rotary base " << a.rotary_base;
+  if (!a.deterministic) o << ", nondeterministic backward";
   return o.str();
 }
 

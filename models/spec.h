@@ -74,6 +74,7 @@ struct AttentionSpec {
   bool causal = true;
   double softmax_scale = 0.0;  // 0: 1 / sqrt(head_dim)
   double rotary_base = 0.0;    // rotary position embedding on queries and keys; 0: none
+  bool deterministic = true;   // false: cuDNN's faster backward, dq accumulated with atomics (AttentionOptions)
 };
 
 struct LayerSpec {

@@ -162,6 +162,7 @@ void read_attention(const Ctx& c, Fields& f, AttentionSpec& a) {
   a.seq_len = read_int(c, f.require("seq_len", "set seq_len: the tokens of one sequence (tokens = batch × seq_len)"),
                        f.sub("seq_len"), 1, kMaxTokens, "seq_len is the tokens of one sequence");
   if (f.has("causal")) a.causal = read_bool(c, f.get("causal"), f.sub("causal"));
+  if (f.has("deterministic")) a.deterministic = read_bool(c, f.get("deterministic"), f.sub("deterministic"));
   if (f.has("softmax_scale")) {
     a.softmax_scale = read_float(c, f.get("softmax_scale"), f.sub("softmax_scale"));
     if (!(a.softmax_scale > 0 && std::isfinite(a.softmax_scale)))

@@ -51,9 +51,9 @@ inline constexpr std::string_view kNormKeys[] = {"type", "eps"};
 // A layer is a one-key map {KIND: {...}}; its kinds are kKinds. The keys inside, per kind:
 inline constexpr std::string_view kLinearKeys[] = {"name", "bias", "out"};                  // layernorm_linear, linear
 inline constexpr std::string_view kMlpKeys[] = {"name", "bias", "ffn", "activation"};       // layernorm_mlp
-inline constexpr std::string_view kAttentionKeys[] = {"name",    "heads",         "kv_heads", "head_dim",
-                                                      "seq_len", "causal",        "softmax_scale",
-                                                      "rotary",  "rotary_base"};
+inline constexpr std::string_view kAttentionKeys[] = {"name",        "heads",        "kv_heads",      "head_dim",
+                                                      "seq_len",     "causal",       "softmax_scale", "rotary",
+                                                      "rotary_base", "deterministic"};
 inline constexpr std::string_view kParallelKeys[] = {"tp", "sequence_parallel", "comm", "timeout_s"};
 inline constexpr std::string_view kPrecisionKeys[] = {"recipe",    "fp8_format",  "amax_history_len", "amax_algo",
                                                       "margin",    "pow2_scales", "amax_epsilon"};

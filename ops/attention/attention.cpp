@@ -93,13 +93,14 @@ std::optional<AttentionKernels> forced_attention_kernels() {
            "use cudnn or own, or unset it (cuDNN where it supports the case)");
 }
 
-int64_t attention_backward_workspace_bytes(Device device, const AttentionLayout& l, int64_t tokens, DType t) {
+int64_t attention_backward_workspace_bytes(Device device, const AttentionLayout& l, int64_t tokens, DType t,
+                                           bool deterministic) {
   if (device.is_cpu() || !cudnn_attention_supports(t, l.head_dim) ||
       forced_attention_kernels() == AttentionKernels::own)
     return 0;
   const int64_t esize = dtype_info(t).bits / 8;
-  const int64_t per_call = std::min(tokens / l.seq, cudnn_attention::sequences_per_call(l, esize, true));
-  return per_call * cudnn_attention::backward_workspace_per_sequence(l, esize);
+  const int64_t per_call = std::min(tokens / l.seq, cudnn_attention::sequences_per_call(l, esize, true, deterministic));
+  return per_call * cudnn_attention::backward_workspace_per_sequence(l, esize, deterministic);
 }
 
 AttentionKernels last_attention_kernels(bool backward) {
@@ -116,7 +117,9 @@ std::string attention_kernels(Device device, DType t, int64_t head_dim) {
                               : "CUDA, shared-memory tensor-core tiles (WMMA, flash-attention style, deterministic)";
   const std::optional<AttentionKernels> forced = forced_attention_kernels();
   if (!cudnn_attention_supports(t, head_dim) || forced == AttentionKernels::own) return own;
-  const std::string cudnn = "cuDNN fused flash attention (backend graph API, deterministic backward)";
+  const std::string cudnn =
+      "cuDNN fused flash attention (backend graph API; backward deterministic unless attention.deterministic is "
+      "false)";
   if (forced == AttentionKernels::cudnn) return cudnn;
   return cudnn + "; where cuDNN builds no plan: " + own;
 }
@@ -189,8 +192,9 @@ void attention_backward(const AttentionLayout& l, const AttentionOptions& o, con
     const auto* stats = static_cast<const float*>(s.data_ptr());
     std::string why_not;
     if (try_cudnn(x.dtype(), l.head_dim, "attention_backward")) {
-      if (cudnn_attention::attention_backward(l, o.causal, scale, T, dy.data_ptr(), x.data_ptr(), y.data_ptr(), stats,
-                                              x.dtype(), dqkv.data_ptr(), x.device(), stream, &why_not)) {
+      if (cudnn_attention::attention_backward(l, o.causal, scale, o.deterministic, T, dy.data_ptr(), x.data_ptr(),
+                                              y.data_ptr(), stats, x.dtype(), dqkv.data_ptr(), x.device(), stream,
+                                              &why_not)) {
         last_backward_kernels = AttentionKernels::cudnn;
         return;
       }

@@ -46,6 +46,10 @@ struct AttentionLayout {
 struct AttentionOptions {
   bool causal = true;
   float scale = 0.0f;  // softmax scale; 0: 1 / sqrt(head_dim)
+  // false lets cuDNN's backward accumulate dq across blocks of keys with f32 atomics: faster, a workspace of
+  // T · heads · head_dim f32 instead of heads · seq² per sequence, but dq's last bits may change from run to run.
+  // The CPU reference and the own kernels are deterministic either way.
+  bool deterministic = true;
 };
 
 // Head dims the CUDA kernels take (tiles of 32, 64 or 128, zero-padded above head_dim).
@@ -82,7 +86,8 @@ std::string attention_kernels(Device device, DType t, int64_t head_dim);
 
 // The largest workspace one attention backward over `tokens` takes on this device: cuDNN's (its calls over whole
 // sequences, ops/attention/cudnn_calls.h) where cuDNN may run the case, 0 on the CPU and for the own kernels.
-int64_t attention_backward_workspace_bytes(Device device, const AttentionLayout& l, int64_t tokens, DType t);
+int64_t attention_backward_workspace_bytes(Device device, const AttentionLayout& l, int64_t tokens, DType t,
+                                           bool deterministic);
 
 // Checks a layout against a QKV tensor of `tokens` rows (a te::Error naming what disagrees).
 void check_attention_layout(const AttentionLayout& l, int64_t tokens, int64_t qkv_cols);

@@ -11,8 +11,11 @@
 // where a key/value head shared by several query heads gets its gradient as the per-query-head products summed by a
 // reduction over heads. K (and V in the backward's dO · Vᵀ) enter the graph transposed, as [n, h, d, s] views.
 //
-// Determinism: dQ written straight by the dS · K product (rather than accumulated in an f32 workspace across blocks
-// of keys) is what selects cuDNN's deterministic backward on Hopper; engines that note nondeterminism are skipped.
+// Determinism: dQ written straight by the dS · K product is what selects cuDNN's deterministic backward on Hopper
+// (engines that note nondeterminism are skipped). With `deterministic` false the product writes an f32 accumulator
+// instead (a buffer of ours, zeroed before each call, in cuDNN's F16x16 element order) that an identity pointwise
+// rounds into dQ: the engine adds each block of keys' share with atomics, which needs no per-sequence score
+// gradients in its workspace.
 //
 // Our QKV rows interleave each key/value group's query heads with its key and value, so a query head's columns are
 // an affine function of the head only when every group has one query head (multi-head) or there is one group
@@ -49,7 +52,7 @@ using cudnn_graph::Plan;
 using Dims = std::array<int64_t, 4>;
 
 // Ids of the graphs' tensors in memory (virtual ones are numbered by OpGraph).
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kMaskValue, kDO, kDQ, kDK, kDV, kOne, kRowDot };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kMaskValue, kDO, kDQ, kDK, kDV, kOne, kRowDot, kDQAccum };
 
 constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
 
@@ -241,7 +244,7 @@ void key_value_gradient(OpGraph& g, const Split& p, cudnnDataType_t io, int64_t 
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_query_head, grad);
 }
 
-OpGraph backward_graph(const Split& p, DType t, bool causal, float scale) {
+OpGraph backward_graph(const Split& p, DType t, bool causal, float scale, bool deterministic) {
   OpGraph g;
   const cudnnDataType_t io = io_type(t);
   const std::vector<int64_t> q_dims{p.n, p.hq, p.s, p.d}, kv_dims{p.n, p.hk, p.s, p.d};
@@ -290,15 +293,22 @@ OpGraph backward_graph(const Split& p, DType t, bool causal, float scale) {
   key_value_gradient(g, p, io, ds_t, kQ, kDK);
   const int64_t k = g.virtual_tensor(kF32, kv_dims, vec(p.kv_stride));  // Kᵀ seen as K again
   g.reshape(kK, k);
-  g.matmul(ds, k, kDQ);
+  if (deterministic) {
+    g.matmul(ds, k, kDQ);
+    return g;
+  }
+  g.tensor(kDQAccum, kF32, q_dims, {p.hq * p.s * p.d, p.s * p.d, p.d, 1}, CUDNN_TENSOR_REORDERING_F16x16);
+  g.matmul(ds, k, kDQAccum);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, kDQAccum, -1, -1, kDQ);
   return g;
 }
 
 // Everything that shapes a graph: the plan-cache key.
-std::vector<int64_t> plan_key(bool backward, const Split& p, DType t, bool causal, float scale) {
+std::vector<int64_t> plan_key(bool backward, const Split& p, DType t, bool causal, float scale, bool deterministic) {
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
-  std::vector<int64_t> k{backward, static_cast<int64_t>(t), p.n, p.hq, p.hk, p.s, p.d, causal, scale_bits};
+  std::vector<int64_t> k{backward,     static_cast<int64_t>(t), p.n, p.hq, p.hk, p.s, p.d, causal, scale_bits,
+                         deterministic};
   for (const Dims* d : {&p.q_stride, &p.kv_stride, &p.out_stride, &p.stats_stride})
     k.insert(k.end(), d->begin(), d->end());
   return k;
@@ -420,7 +430,7 @@ bool forward_call(const AttentionLayout& l, bool causal, float scale, int64_t to
       copy_query_heads(l, tokens, esize, const_cast<void*>(qkv), q.data_ptr(), true, stream);
     };
     const bool ran = run(
-        "forward", p, device, stream, plan_key(false, p, t, causal, scale),
+        "forward", p, device, stream, plan_key(false, p, t, causal, scale, true),
         [&] { return forward_graph(p, t, causal, scale); }, false, 0, gather,
         [&](int64_t i, void*) {
           return Pointers{{kQ, p.gathered_q ? q.data_ptr() : at(qkv, p.q_at + i * p.qkv_step, esize)},
@@ -435,9 +445,9 @@ bool forward_call(const AttentionLayout& l, bool causal, float scale, int64_t to
   return false;
 }
 
-bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
-                   const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
-                   const Stream& stream, std::string* why_not) {
+bool backward_call(const AttentionLayout& l, bool causal, float scale, bool deterministic, int64_t tokens,
+                   const void* dout, const void* qkv, const void* out, const float* lse, DType t, void* dqkv,
+                   Device device, const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8, batch = tokens / l.seq;
   const std::vector<Split> splits = candidate_splits(l, batch, esize, {qkv, dqkv}, {out, dout}, lse);
   if (splits.empty()) *why_not = kUnaligned;
@@ -449,23 +459,31 @@ bool backward_call(const AttentionLayout& l, bool causal, float scale, int64_t t
       dq = Tensor::empty({tokens, l.out_cols()}, t, device, stream);
       copy_query_heads(l, tokens, esize, const_cast<void*>(qkv), q.data_ptr(), true, stream);
     };
-    const int64_t row_dot_bytes = p.n * p.hq * p.s * int64_t(sizeof(float));
+    // Our part of the workspace: the row sums, then (nondeterministic) dQ's accumulator, zeroed for each call.
+    const int64_t row_dot_bytes = (p.n * p.hq * p.s * int64_t(sizeof(float)) + 255) / 256 * 256;
+    const int64_t accum_bytes = deterministic ? 0 : p.n * p.hq * p.s * p.d * int64_t(sizeof(float));
+    const auto st = static_cast<cudaStream_t>(stream.handle());
     const bool ran = run(
-        "backward", p, device, stream, plan_key(true, p, t, causal, scale),
-        [&] { return backward_graph(p, t, causal, scale); }, true, row_dot_bytes, gather,
+        "backward", p, device, stream, plan_key(true, p, t, causal, scale, deterministic),
+        [&] { return backward_graph(p, t, causal, scale, deterministic); }, deterministic, row_dot_bytes + accum_bytes,
+        gather,
         [&](int64_t i, void* extra) {
           const int64_t q_at = p.q_at + i * p.qkv_step, k = p.k_at + i * p.qkv_step, v = p.v_at + i * p.qkv_step,
                         o = i * p.out_step;
-          return Pointers{{kQ, p.gathered_q ? q.data_ptr() : at(qkv, q_at, esize)},
-                          {kK, at(qkv, k, esize)},
-                          {kV, at(qkv, v, esize)},
-                          {kO, at(out, o, esize)},
-                          {kDO, at(dout, o, esize)},
-                          {kDQ, p.gathered_q ? dq.data_ptr() : at(dqkv, q_at, esize)},
-                          {kDK, at(dqkv, k, esize)},
-                          {kDV, at(dqkv, v, esize)},
-                          {kRowDot, extra},
-                          {kStats, at(lse, i * p.stats_step, sizeof(float))}};
+          void* accum = static_cast<char*>(extra) + row_dot_bytes;
+          if (!deterministic) TE_CUDA_CHECK(cudaMemsetAsync(accum, 0, static_cast<size_t>(accum_bytes), st));
+          Pointers ptrs{{kQ, p.gathered_q ? q.data_ptr() : at(qkv, q_at, esize)},
+                        {kK, at(qkv, k, esize)},
+                        {kV, at(qkv, v, esize)},
+                        {kO, at(out, o, esize)},
+                        {kDO, at(dout, o, esize)},
+                        {kDQ, p.gathered_q ? dq.data_ptr() : at(dqkv, q_at, esize)},
+                        {kDK, at(dqkv, k, esize)},
+                        {kDV, at(dqkv, v, esize)},
+                        {kRowDot, extra},
+                        {kStats, at(lse, i * p.stats_step, sizeof(float))}};
+          if (!deterministic) ptrs.emplace_back(kDQAccum, accum);
+          return ptrs;
         },
         why_not);
     if (!ran) continue;
@@ -493,21 +511,22 @@ bool over_chunks(const AttentionLayout& l, int64_t tokens, int64_t per, std::str
 bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
                        void* out, float* lse, Device device, const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8;
-  return over_chunks(l, tokens, sequences_per_call(l, esize, false), why_not, [&](int64_t b0, int64_t nb) {
+  return over_chunks(l, tokens, sequences_per_call(l, esize, false, true), why_not, [&](int64_t b0, int64_t nb) {
     const int64_t t0 = b0 * l.seq;
     return forward_call(l, causal, scale, nb * l.seq, at(qkv, t0 * l.qkv_cols(), esize), t,
                         at(out, t0 * l.out_cols(), esize), lse + b0 * l.heads * l.seq, device, stream, why_not);
   });
 }
 
-bool attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
-                        const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
-                        const Stream& stream, std::string* why_not) {
+bool attention_backward(const AttentionLayout& l, bool causal, float scale, bool deterministic, int64_t tokens,
+                        const void* dout, const void* qkv, const void* out, const float* lse, DType t, void* dqkv,
+                        Device device, const Stream& stream, std::string* why_not) {
   const int64_t esize = dtype_info(t).bits / 8;
-  return over_chunks(l, tokens, sequences_per_call(l, esize, true), why_not, [&](int64_t b0, int64_t nb) {
+  const int64_t per = sequences_per_call(l, esize, true, deterministic);
+  return over_chunks(l, tokens, per, why_not, [&](int64_t b0, int64_t nb) {
     const int64_t t0 = b0 * l.seq, q = t0 * l.qkv_cols(), o = t0 * l.out_cols();
-    return backward_call(l, causal, scale, nb * l.seq, at(dout, o, esize), at(qkv, q, esize), at(out, o, esize),
-                         lse + b0 * l.heads * l.seq, t, at(dqkv, q, esize), device, stream, why_not);
+    return backward_call(l, causal, scale, deterministic, nb * l.seq, at(dout, o, esize), at(qkv, q, esize),
+                         at(out, o, esize), lse + b0 * l.heads * l.seq, t, at(dqkv, q, esize), device, stream, why_not);
   });
 }
 

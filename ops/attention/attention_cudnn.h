@@ -16,8 +16,9 @@ namespace te::cudnn_attention {
 // kernels. A failure once cuDNN has a plan is a te::Error.
 bool attention_forward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* qkv, DType t,
                        void* out, float* lse, Device device, const Stream& stream, std::string* why_not);
-bool attention_backward(const AttentionLayout& l, bool causal, float scale, int64_t tokens, const void* dout,
-                        const void* qkv, const void* out, const float* lse, DType t, void* dqkv, Device device,
-                        const Stream& stream, std::string* why_not);
+// `deterministic` false: dq accumulated with f32 atomics (attention.h, AttentionOptions).
+bool attention_backward(const AttentionLayout& l, bool causal, float scale, bool deterministic, int64_t tokens,
+                        const void* dout, const void* qkv, const void* out, const float* lse, DType t, void* dqkv,
+                        Device device, const Stream& stream, std::string* why_not);
 
 }  // namespace te::cudnn_attention

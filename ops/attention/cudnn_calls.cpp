@@ -7,8 +7,8 @@
 
 namespace te::cudnn_attention {
 
-int64_t backward_workspace_per_sequence(const AttentionLayout& l, int64_t esize) {
-  const int64_t scores = l.heads * l.seq * l.seq * esize;
+int64_t backward_workspace_per_sequence(const AttentionLayout& l, int64_t esize, bool deterministic) {
+  const int64_t scores = deterministic ? l.heads * l.seq * l.seq * esize : l.heads * l.seq * l.head_dim * 4;
   const int64_t grouped = l.heads != l.kv_heads ? 2 * l.heads * l.seq * l.head_dim * esize : 0;
   const int64_t row_sums = l.heads * l.seq * 4;
   return scores + grouped + row_sums;
@@ -37,9 +37,10 @@ int64_t aligned_sequences(const AttentionLayout& l, int64_t esize) {
 
 }  // namespace
 
-int64_t sequences_per_call(const AttentionLayout& l, int64_t esize, bool backward) {
+int64_t sequences_per_call(const AttentionLayout& l, int64_t esize, bool backward, bool deterministic) {
   int64_t fit = std::max<int64_t>(1, 65535 / l.heads);
-  if (backward) fit = std::min(fit, backward_workspace_cap() / backward_workspace_per_sequence(l, esize));
+  if (backward)
+    fit = std::min(fit, backward_workspace_cap() / backward_workspace_per_sequence(l, esize, deterministic));
   const int64_t step = aligned_sequences(l, esize);
   return std::max(step, fit / step * step);
 }

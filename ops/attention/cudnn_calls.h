@@ -11,7 +11,9 @@ namespace te::cudnn_attention {
 // workspace, and with grouped-query heads the per-query-head key and value gradients before their sum; the row sums
 // of dO ⊙ O (f32) sit beside them. Bytes per sequence, as cuDNN 9.14's plans reported them on an H100 (2 GiB + 256
 // bytes at 8 sequences of 2048 tokens and 32 heads of 128; 2.25 GiB + 256 with 8 key/value heads).
-int64_t backward_workspace_per_sequence(const AttentionLayout& l, int64_t esize);
+// The nondeterministic backward keeps no score gradients; the query gradient's f32 accumulator, heads · seq ·
+// head_dim, takes their place (the grouped-query term is counted as for the deterministic one).
+int64_t backward_workspace_per_sequence(const AttentionLayout& l, int64_t esize, bool deterministic);
 
 // TEENGINE_ATTENTION_WORKSPACE_MIB in bytes: what one backward call may take (default 8192 MiB, a tenth of an 80 GB
 // GPU). A value that is not a positive number of MiB is a te::Error naming it.
@@ -21,6 +23,7 @@ int64_t backward_workspace_cap();
 // backward, what the workspace cap allows (one sequence at the least), rounded down to a multiple of the fewest
 // sequences whose QKV rows, output rows and statistics are each a multiple of 16 bytes, so every call's pointers are
 // as aligned as the first call's.
-int64_t sequences_per_call(const AttentionLayout& l, int64_t esize, bool backward);
+// `deterministic`: which backward (it sizes the workspace).
+int64_t sequences_per_call(const AttentionLayout& l, int64_t esize, bool backward, bool deterministic);
 
 }  // namespace te::cudnn_attention

@@ -40,7 +40,8 @@ void Descriptor::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType
 void Descriptor::finalize() { TE_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
 
 int64_t OpGraph::add_tensor(int64_t uid, cudnnDataType_t type, const std::vector<int64_t>& dims,
-                            const std::vector<int64_t>& strides, bool is_virtual, bool by_value) {
+                            const std::vector<int64_t>& strides, bool is_virtual, bool by_value,
+                            cudnnBackendTensorReordering_t reordering) {
   Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, type);
   t.set_ints(CUDNN_ATTR_TENSOR_DIMENSIONS, dims);
@@ -49,6 +50,8 @@ int64_t OpGraph::add_tensor(int64_t uid, cudnnDataType_t type, const std::vector
   t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, kAlignment);
   t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, is_virtual);
   if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, true);
+  if (reordering != CUDNN_TENSOR_REORDERING_NONE)
+    t.set(CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, reordering);
   t.finalize();
   tensors_.emplace(uid, std::move(t));
   shapes_[uid] = {dims, strides};
@@ -56,8 +59,8 @@ int64_t OpGraph::add_tensor(int64_t uid, cudnnDataType_t type, const std::vector
 }
 
 int64_t OpGraph::tensor(int64_t uid, cudnnDataType_t type, const std::vector<int64_t>& dims,
-                        const std::vector<int64_t>& strides) {
-  return add_tensor(uid, type, dims, strides, false, false);
+                        const std::vector<int64_t>& strides, cudnnBackendTensorReordering_t reordering) {
+  return add_tensor(uid, type, dims, strides, false, false, reordering);
 }
 
 int64_t OpGraph::virtual_tensor(cudnnDataType_t type, const std::vector<int64_t>& dims,

@@ -68,9 +68,11 @@ class OpGraph {
  public:
   static constexpr int64_t kAlignment = 16;  // bytes, every non-virtual tensor (the caller checks its pointers)
 
-  // A tensor in memory: [dims] with element strides.
+  // A tensor in memory: [dims] with element strides. `reordering`: the element order inside the buffer where an
+  // engine keeps its own (F16x16 marks the f32 accumulator of an atomically accumulated attention gradient).
   int64_t tensor(int64_t uid, cudnnDataType_t type, const std::vector<int64_t>& dims,
-                 const std::vector<int64_t>& strides);
+                 const std::vector<int64_t>& strides,
+                 cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE);
   // An intermediate of the fused kernel.
   int64_t virtual_tensor(cudnnDataType_t type, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides);
   // An f32 scalar passed by value at execution, broadcast over every dimension.
@@ -96,7 +98,8 @@ class OpGraph {
  private:
   const Descriptor& desc(int64_t uid) const { return tensors_.at(uid); }
   int64_t add_tensor(int64_t uid, cudnnDataType_t type, const std::vector<int64_t>& dims,
-                     const std::vector<int64_t>& strides, bool is_virtual, bool by_value);
+                     const std::vector<int64_t>& strides, bool is_virtual, bool by_value,
+                     cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE);
 
   std::map<int64_t, Descriptor> tensors_;
   std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes_;

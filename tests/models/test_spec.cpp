@@ -134,6 +134,10 @@ TEST(Spec, ShippedModelsParse) {
   EXPECT_DOUBLE_EQ(a.rotary_base, 10000.0);
   EXPECT_EQ(tf.model.block[0][2].in, 256);  // proj reads 8 heads of 32
   EXPECT_EQ(sequence_multiple(tf), 128);
+  EXPECT_TRUE(a.deterministic);  // the default
+  ModelSpec fast =
+      load_spec_file(test::model_path("transformer.yaml"), {"model.block[0][1].attention.deterministic=false"});
+  EXPECT_FALSE(fast.model.block[0][1].attention.deterministic);
 }
 
 TEST(Spec, OverridesApplyBeforeValidation) {

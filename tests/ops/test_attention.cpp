@@ -73,8 +73,9 @@ std::vector<double> attention_ref_forward(const AttnCase& c, const std::vector<d
 struct KernelRun {
   Tensor roped, out, lse, dqkv;
 };
-KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout) {
+KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout, bool deterministic = true) {
   const AttentionLayout l = attn_layout_of(c);
+  const AttentionOptions o{c.causal, 0.0f, deterministic};
   const int64_t T = c.batch * c.seq;
   KernelRun r;
   r.roped = qkv;
@@ -84,10 +85,10 @@ KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout) 
   }
   r.out = Tensor::empty({T, l.out_cols()}, qkv.dtype(), qkv.device());
   r.lse = Tensor::empty({c.batch, c.heads, c.seq}, DType::f32, qkv.device());
-  attention_forward(l, {c.causal}, r.roped, r.out, r.lse);
+  attention_forward(l, o, r.roped, r.out, r.lse);
   if (dout) {
     r.dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
-    attention_backward(l, {c.causal}, *dout, r.roped, r.out, r.lse, r.dqkv);
+    attention_backward(l, o, *dout, r.roped, r.out, r.lse, r.dqkv);
     if (c.rope_base > 0) rope_apply(l, c.rope_base, true, r.dqkv, r.dqkv);  // in place
   }
   return r;
@@ -262,6 +263,30 @@ TEST_P(AttentionCudnnVsOwnTest, AgreeOnTheSameInputs) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, AttentionCudnnVsOwnTest, ::testing::ValuesIn(kGpuCases), attn_case_name);
 
+// cuDNN's nondeterministic backward (dq accumulated with f32 atomics) against the CPU reference, within the dtype's
+// tolerance like the deterministic one; the forward is the same plan, so its bytes equal the deterministic run's.
+class AttentionCudnnNondeterministicTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionCudnnNondeterministicTest, MatchesTheCpuReference) {
+  TE_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const ScopedAttentionKernels cudnn("cudnn");
+  const AttentionLayout l = attn_layout_of(c);
+  const int64_t T = c.batch * c.seq;
+  const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 51 + c.seq, Device::cpu(), Layout::contiguous);
+  const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 53 + c.seq, Device::cpu(), Layout::contiguous);
+  const KernelRun cpu = run_kernels(c, qkv, &dout);
+  const Tensor qkv_gpu = qkv.to(Device::cuda(0)), dout_gpu = dout.to(Device::cuda(0));
+  const KernelRun fast = run_kernels(c, qkv_gpu, &dout_gpu, false);
+  EXPECT_EQ(last_attention_kernels(true), AttentionKernels::cudnn);
+  EXPECT_LE(rel_l2(to_f64(cpu.dqkv), fast.dqkv.to_f32_vector()), tol_for(c.dtype));
+  const KernelRun det = run_kernels(c, qkv_gpu, &dout_gpu, true);
+  EXPECT_EQ(bytes_of(det.out), bytes_of(fast.out));
+  EXPECT_EQ(bytes_of(det.lse), bytes_of(fast.lse));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, AttentionCudnnNondeterministicTest, ::testing::ValuesIn(kGpuCases), attn_case_name);
+
 // cuDNN's backward keeps each sequence's score gradients in its workspace; under a cap it runs as calls over fewer
 // sequences with the same bytes (a sequence's heads are computed on their own), and a cap that is not a number of
 // MiB is refused by name.
@@ -294,25 +319,28 @@ TEST(Attention, CudnnBackwardUnderAWorkspaceCapGivesTheSameBytes) {
 TEST(Attention, CudnnCallsAndBackwardWorkspaceFollowTheCap) {
   const AttentionLayout mha{32, 32, 128, 2048}, gqa{32, 8, 128, 2048};
   const int64_t row_sums = 8 * 32 * 2048 * 4;
-  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(mha, 2), int64_t{2147483648} + row_sums);
-  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(gqa, 2), int64_t{2415919104} + row_sums);
+  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(mha, 2, true), int64_t{2147483648} + row_sums);
+  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(gqa, 2, true), int64_t{2415919104} + row_sums);
+  // Nondeterministic: dq's f32 accumulator (8 · 2048 tokens of 32 heads of 128) instead of the score gradients.
+  EXPECT_EQ(8 * cudnn_attention::backward_workspace_per_sequence(mha, 2, false), int64_t{268435456} + row_sums);
   {
     const ScopedEnv unset("TEENGINE_ATTENTION_WORKSPACE_MIB", "");
     EXPECT_EQ(cudnn_attention::backward_workspace_cap(), int64_t{8192} << 20);
-    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, true), 31);     // 8 GiB over 256.25 MiB a sequence
-    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, false), 2047);  // 65535 rows of 32 heads
+    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, true, true), 31);     // 8 GiB over 256.25 MiB a sequence
+    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, true, false), 254);   // 8 GiB over 32.25 MiB
+    EXPECT_EQ(cudnn_attention::sequences_per_call(mha, 2, false, true), 2047);  // 65535 rows of 32 heads
     const ScopedAttentionKernels own("own");
-    EXPECT_EQ(attention_backward_workspace_bytes(Device::cuda(0), mha, 8 * 2048, DType::bf16), 0);
+    EXPECT_EQ(attention_backward_workspace_bytes(Device::cuda(0), mha, 8 * 2048, DType::bf16, true), 0);
   }
-  EXPECT_EQ(attention_backward_workspace_bytes(Device::cpu(), mha, 8 * 2048, DType::bf16), 0);
+  EXPECT_EQ(attention_backward_workspace_bytes(Device::cpu(), mha, 8 * 2048, DType::bf16, true), 0);
   {
     const ScopedEnv cap("TEENGINE_ATTENTION_WORKSPACE_MIB", "1");
     const AttentionLayout small{4, 4, 64, 130};  // 137280 bytes a sequence: 7 in 1 MiB
-    EXPECT_EQ(cudnn_attention::sequences_per_call(small, 2, true), 7);
+    EXPECT_EQ(cudnn_attention::sequences_per_call(small, 2, true, true), 7);
     // One-token sequences of 2 heads: 32767 fit the grid, rounded down to pairs (a sequence's statistics are 8 bytes).
-    EXPECT_EQ(cudnn_attention::sequences_per_call({2, 2, 8, 1}, 2, true), 32766);
+    EXPECT_EQ(cudnn_attention::sequences_per_call({2, 2, 8, 1}, 2, true, true), 32766);
     const ScopedAttentionKernels unset("");
-    EXPECT_EQ(attention_backward_workspace_bytes(Device::cuda(0), small, 8 * 130, DType::bf16), 7 * 137280);
+    EXPECT_EQ(attention_backward_workspace_bytes(Device::cuda(0), small, 8 * 130, DType::bf16, true), 7 * 137280);
   }
   const ScopedEnv bad("TEENGINE_ATTENTION_WORKSPACE_MIB", "lots");
   try {

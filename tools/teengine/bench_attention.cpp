@@ -23,7 +23,7 @@ namespace {
 
 struct AttentionOpts {
   int64_t batch = 2, seq = 1024, heads = 16, kv_heads = 0, head_dim = 64;
-  bool full = false, json = false;
+  bool full = false, json = false, nondeterministic = false;
   std::string dtype = "bf16", device = "auto", kernels;
 };
 
@@ -65,7 +65,7 @@ int run_attention(const AttentionOpts& o) {
   const auto dt = dtype_from_name(o.dtype);
   if (!dt || !is_high_precision(*dt)) TE_INPUT_ERROR("bad --dtype '" << o.dtype << "'", "use f32, bf16 or f16");
   const AttentionLayout l{o.heads, kv, o.head_dim, o.seq};
-  const AttentionOptions opt{!o.full, 0.0f};
+  const AttentionOptions opt{!o.full, 0.0f, !o.nondeterministic};
   const int64_t T = o.batch * o.seq;
   if (!o.kernels.empty()) {
     if (o.kernels != "cudnn" && o.kernels != "own")
@@ -89,6 +89,18 @@ int run_attention(const AttentionOpts& o) {
   const double err = rel_l2(out.narrow(0, 0, rows).to_f32_vector(stream), reference_rows(l, opt.causal, first, rows));
   const double tol = *dt == DType::f32 ? 1e-5 : *dt == DType::bf16 ? 1e-2 : 2e-3;
 
+  // The nondeterministic backward against the deterministic one: its only difference is the order of dq's f32 sums.
+  double err_bwd = 0;
+  if (!opt.deterministic) {
+    AttentionOptions det = opt;
+    det.deterministic = true;
+    Tensor reference = Tensor::empty(qkv.shape(), *dt, dev, stream);
+    attention_backward(l, det, dout, qkv, out, lse, reference, stream);
+    attention_backward(l, opt, dout, qkv, out, lse, dqkv, stream);
+    err_bwd = rel_l2(dqkv.to_f32_vector(stream), reference.to_f32_vector(stream));
+  }
+  const bool ok = err <= tol && err_bwd <= tol;
+
   const int repeats = dev.is_cuda() ? 30 : 3;
   const bench::Timing tf =
       bench::time_it([&] { attention_forward(l, opt, qkv, out, lse, stream); }, stream, 1, repeats);
@@ -103,13 +115,15 @@ int run_attention(const AttentionOpts& o) {
                       {"kv_heads", kv},
                       {"head_dim", o.head_dim},
                       {"causal", opt.causal},
+                      {"deterministic", opt.deterministic},
                       {"dtype", std::string(dtype_name(*dt))},
                       {"device", dev.str()},
                       {"kernels_fwd", dev.is_cuda() ? attention_kernels_name(last_attention_kernels(false)) : "cpu"},
                       {"kernels_bwd", dev.is_cuda() ? attention_kernels_name(last_attention_kernels(true)) : "cpu"},
-                      {"validated", err <= tol},
+                      {"validated", ok},
                       {"rel_l2_fwd_vs_f64", err},
                       {"validated_rows", rows},
+                      {"rel_l2_bwd_vs_deterministic", err_bwd},
                       {"fwd_ms", tf.median_ms},
                       {"bwd_ms", tb.median_ms},
                       {"fwd_bwd_ms", tf.median_ms + tb.median_ms},
@@ -117,7 +131,7 @@ int run_attention(const AttentionOpts& o) {
                       {"bwd_tflops", 2.5 * flops / (tb.median_ms * 1e9)},
                       {"repeats", repeats}};
   bench::print_report(r, o.json);
-  return err <= tol ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -131,6 +145,8 @@ Command add_bench_attention(CLI::App& app) {
   sub->add_option("--kv-heads", o->kv_heads, "key/value heads (0: --heads)")->capture_default_str();
   sub->add_option("--head-dim", o->head_dim, "one head's width")->capture_default_str();
   sub->add_flag("--full", o->full, "attend to every token of the sequence (default: causal)");
+  sub->add_flag("--nondeterministic", o->nondeterministic,
+                "cuDNN's backward with the query gradient accumulated by atomics (attention.deterministic: false)");
   sub->add_option("--dtype", o->dtype, "f32 | bf16 | f16")->capture_default_str();
   sub->add_option("--device", o->device, "auto | cpu | cuda[:N]")->capture_default_str();
   sub->add_option("--kernels", o->kernels,
