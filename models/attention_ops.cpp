@@ -12,8 +12,8 @@ namespace te {
 namespace {
 
 AttentionLayout attention_layout_of(const Node& n) {
-  return {n.attr<int64_t>("heads"), n.attr<int64_t>("kv_heads"), n.attr<int64_t>("head_dim"),
-          n.attr<int64_t>("seq")};
+  return {n.attr<int64_t>("heads"), n.attr<int64_t>("kv_heads"), n.attr<int64_t>("head_dim"), n.attr<int64_t>("seq"),
+          n.attr_or<bool>("kinds_apart", false)};
 }
 
 AttentionOptions attention_options_of(const Node& n) {
@@ -31,7 +31,7 @@ void check_qkv_type(const Node& n, const ValueType& qkv) {
 namespace model_ops {
 
 AttentionLayout rank_attention_layout(const AttentionSpec& a, int64_t world) {
-  return {a.heads / world, a.kv_heads / world, a.head_dim, a.seq_len};
+  return {a.heads / world, a.kv_heads / world, a.head_dim, a.seq_len, qkv_kinds_apart(a)};
 }
 
 std::vector<ValueType> infer_rope(const Node& n, const std::vector<ValueType>& in) {

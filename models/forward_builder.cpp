@@ -105,6 +105,7 @@ int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& na
   const AttentionSpec& a = l.attention;
   const AttentionLayout rl = model_ops::rank_attention_layout(a, ctx.world());
   Attrs layout{{"heads", rl.heads}, {"kv_heads", rl.kv_heads}, {"head_dim", rl.head_dim}, {"seq", rl.seq}};
+  layout.set("kinds_apart", rl.kinds_apart);
   if (a.rotary_base > 0) {
     Attrs rope = layout;
     qkv = b.add1(model_op(ModelOp::rope), {qkv}, rope.set("base", a.rotary_base).set("in_place", int64_t{0}),

@@ -21,10 +21,25 @@ struct Piece {
 };
 std::vector<Piece> pieces(const ParamSpec& p, int rank, int tp) {
   const int64_t n = p.shape[p.shard_dim];
+  if (p.qkv_of) {  // the rank's groups, each (group + 2) heads of D rows globally, sorted by kind locally
+    const AttentionSpec& a = *p.qkv_of;
+    const int64_t D = a.head_dim, r = a.heads / a.kv_heads, groups = a.kv_heads / tp, first = rank * groups;
+    std::vector<Piece> out;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t at = (first + g) * (r + 2) * D;
+      out.push_back({at, g * r * D, r * D});                               // its query heads
+      out.push_back({at + r * D, groups * r * D + g * D, D});              // its key
+      out.push_back({at + (r + 1) * D, groups * (r + 1) * D + g * D, D});  // its value
+    }
+    return out;
+  }
   if (!p.gated_halves) return {{rank * (n / tp), 0, n / tp}};
   const int64_t half = n / 2, part = half / tp;
   return {{rank * part, 0, part}, {half + rank * part, part, part}};
 }
+
+// Whether a rank holds the global tensor as it is: replicated, or split over one rank without reordering.
+bool whole(const ParamSpec& p, int tp) { return p.shard_dim < 0 || (tp == 1 && !p.qkv_of); }
 
 Tensor init_param(const ModelSpec& spec, const ParamSpec& p) {
   Tensor t = Tensor::empty(p.shape, DType::f32);
@@ -81,7 +96,7 @@ RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int 
   SafetensorsReader r = SafetensorsReader::open(path);
   for (const ParamSpec& p : s.specs) {
     const std::string name = prefix + p.name;
-    if (p.shard_dim < 0 || tp == 1) {
+    if (whole(p, tp)) {
       s.values.push_back(r.read_converted(name, p.shape, DType::f32));
       continue;
     }
@@ -95,7 +110,7 @@ RankShards load_rank_params(const ModelSpec& spec, const std::string& path, int 
 }
 
 Tensor shard_param(const ParamSpec& p, const Tensor& global, int rank, int tp) {
-  if (p.shard_dim < 0 || tp == 1) return global.clone();
+  if (whole(p, tp)) return global.clone();
   Tensor local = Tensor::empty(local_shape(p, tp), DType::f32);
   for (const Piece& piece : pieces(p, rank, tp))
     local.narrow(p.shard_dim, piece.local_begin, piece.length)
@@ -104,7 +119,7 @@ Tensor shard_param(const ParamSpec& p, const Tensor& global, int rank, int tp) {
 }
 
 void unshard_param(const ParamSpec& p, const Tensor& shard, int rank, int tp, Tensor& global) {
-  if (p.shard_dim < 0 || tp == 1) {
+  if (whole(p, tp)) {
     if (rank == 0) global.copy_from(shard);
     return;
   }

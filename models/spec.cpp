@@ -41,16 +41,25 @@ SpecOverride parse_override(const std::string& arg) {
 
 // ---- parameters --------------------------------------------------------------------------------------------------
 
+bool qkv_kinds_apart(const AttentionSpec& a) { return a.kv_heads > 1 && a.kv_heads < a.heads; }
+
 std::vector<ParamSpec> parameter_specs(const ModelSpec& spec) {
   std::vector<ParamSpec> out;
   const bool layernorm = spec.model.norm == NormType::layernorm;
   for (int i = 0; i < spec.model.layers; ++i)
     for (const Branch& br : spec.model.block)
-      for (const LayerSpec& l : br) {
+      for (size_t at = 0; at < br.size(); ++at) {
+        const LayerSpec& l = br[at];
         if (!l.has_params()) continue;
         const std::string base = "layers." + std::to_string(i) + "." + l.name + ".";
+        // The QKV projection of a grouped-query attention that follows it.
+        const AttentionSpec* qkv_of =
+            at + 1 < br.size() && br[at + 1].kind == LayerKind::attention && qkv_kinds_apart(br[at + 1].attention)
+                ? &br[at + 1].attention
+                : nullptr;
         auto add = [&](const std::string& n, Shape shape, ParamRole role, int shard_dim, bool gated = false) {
-          out.push_back({base + n, std::move(shape), role, i, &l, shard_dim, gated});
+          const bool projection = role == ParamRole::weight || role == ParamRole::bias;
+          out.push_back({base + n, std::move(shape), role, i, &l, shard_dim, gated, projection ? qkv_of : nullptr});
         };
         if (l.has_norm()) {
           add("layer_norm_weight", {l.in}, ParamRole::norm_weight, -1);

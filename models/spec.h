@@ -208,7 +208,15 @@ struct ParamSpec {
   // half; each half is split over ranks separately so a rank holds matching gate/linear rows and the global tensor
   // does not depend on tp.
   bool gated_halves = false;
+  // The QKV projection (weight or bias) of this grouped-query attention: the global rows interleave each key/value
+  // group's query heads, key and value (TransformerEngine's layout), and a rank holds its groups' rows with the kinds
+  // apart instead, every query head, then every key, then every value (qkv_kinds_apart), at any tp.
+  const AttentionSpec* qkv_of = nullptr;
 };
+// Whether the QKV projection before attention `a` is stored with its heads' kinds apart on every rank
+// (AttentionLayout::kinds_apart): for grouped-query attention, whose interleaved query heads are not one stride apart
+// (cuDNN's fused attention then reads the projection's output in place instead of copying the query heads).
+bool qkv_kinds_apart(const AttentionSpec& a);
 // Every parameter in a fixed order (layer, branch, position, then norm/weight/bias), for init, loading and saving.
 std::vector<ParamSpec> parameter_specs(const ModelSpec& spec);
 // The shape rank `rank` of `tp` holds.

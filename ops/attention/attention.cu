@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(Geometry g, boo
     __syncthreads();  // the previous tile's keys and values are no longer read
     const int keys = tile_extent(S, k0);
     load_tile<T, KD>(sK, qkv, g.qkv_cols, base + k0, keys, g.k_col(grp), g.head_dim);
-    load_tile<T, KD>(sV, qkv, g.qkv_cols, base + k0, keys, g.k_col(grp) + g.head_dim, g.head_dim);
+    load_tile<T, KD>(sV, qkv, g.qkv_cols, base + k0, keys, g.v_col(grp), g.head_dim);
     __syncthreads();
     for (int n = 0; n < kKeys / 16; ++n)
       warp_product_nt<T, KD>(sQ + r0 * L::ld, sK, L::ld, sS + r0 * kLdS, kLdS, n);
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(Geometry g, bool
     __syncthreads();
     const int keys = tile_extent(S, k0);
     load_tile<T, KD>(sK, qkv, g.qkv_cols, base + k0, keys, g.k_col(grp), g.head_dim);
-    load_tile<T, KD>(sV, qkv, g.qkv_cols, base + k0, keys, g.k_col(grp) + g.head_dim, g.head_dim);
+    load_tile<T, KD>(sV, qkv, g.qkv_cols, base + k0, keys, g.v_col(grp), g.head_dim);
     __syncthreads();
     for (int n = 0; n < kKeys / 16; ++n) {
       warp_product_nt<T, KD>(sQ + r0 * L::ld, sK, L::ld, sS + r0 * kLdS, kLdS, n);
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(Geometry g, boo
   const int keys = tile_extent(S, k0);
   const int64_t base = b * S;
   load_tile<T, KD>(sK, qkv, g.qkv_cols, base + k0, keys, g.k_col(grp), g.head_dim);
-  load_tile<T, KD>(sV, qkv, g.qkv_cols, base + k0, keys, g.k_col(grp) + g.head_dim, g.head_dim);
+  load_tile<T, KD>(sV, qkv, g.qkv_cols, base + k0, keys, g.v_col(grp), g.head_dim);
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[KD / 16], dv[KD / 16];
   for (auto& f : dk) wmma::fill_fragment(f, 0.0f);
   for (auto& f : dv) wmma::fill_fragment(f, 0.0f);
@@ -355,8 +355,7 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(Geometry g, boo
   for (int n = 0; n < KD / 16; ++n)
     wmma::store_matrix_sync(stage + r0 * (KD + 4) + n * 16, dv[n], KD + 4, wmma::mem_row_major);
   __syncthreads();
-  store_tile<T, KD>(dqkv, g.qkv_cols, base + k0, keys, g.k_col(grp) + g.head_dim, g.head_dim, stage, KD + 4,
-                    nullptr);
+  store_tile<T, KD>(dqkv, g.qkv_cols, base + k0, keys, g.v_col(grp), g.head_dim, stage, KD + 4, nullptr);
 }
 
 // Calls f.template operator()<T, KD>() for the element type and the smallest tile head dim that holds head_dim.

@@ -12,6 +12,11 @@
 //   out [T, heads · head_dim]                head h at columns [h · head_dim, (h + 1) · head_dim)
 //   lse [batch, heads, seq] f32              log Σ_j exp(score_ij): the softmax statistics the backward reads
 //
+// `kinds_apart` is the same row with its heads sorted by kind: every query head, then every key, then every value.
+// The model stores its grouped-query QKV weight that way on each rank (models/parameters.cpp), so that each kind's
+// heads are one stride apart, which is what cuDNN's fused attention reads in place; checkpoints keep the interleaved
+// order.
+//
 // Scores are scale · q_i · k_j (f32), masked to j ≤ i when causal; the softmax subtracts the row's maximum and
 // divides by the row's sum; out is Σ_j softmax_ij v_j (f32) rounded once to out's dtype. The backward recomputes
 // the probabilities from lse (flash-attention style) and accumulates dq, dk, dv in f32 (a group's key/value
@@ -34,12 +39,17 @@ struct AttentionLayout {
   int64_t kv_heads = 1;  // key/value heads (grouped-query attention when fewer); divides heads
   int64_t head_dim = 1;
   int64_t seq = 1;       // tokens per sequence
+  bool kinds_apart = false;  // query heads, then keys, then values (rather than interleaved per group)
   int64_t qkv_cols() const { return kv_heads * (heads / kv_heads + 2) * head_dim; }
   int64_t out_cols() const { return heads * head_dim; }
   // Column of query head h's first element in a QKV row; of group g's key and value.
-  int64_t q_col(int64_t h) const { return ((h / group()) * (group() + 2) + h % group()) * head_dim; }
-  int64_t k_col(int64_t g) const { return (g * (group() + 2) + group()) * head_dim; }
-  int64_t v_col(int64_t g) const { return k_col(g) + head_dim; }
+  int64_t q_col(int64_t h) const {
+    return kinds_apart ? h * head_dim : ((h / group()) * (group() + 2) + h % group()) * head_dim;
+  }
+  int64_t k_col(int64_t g) const {
+    return kinds_apart ? (heads + g) * head_dim : (g * (group() + 2) + group()) * head_dim;
+  }
+  int64_t v_col(int64_t g) const { return kinds_apart ? (heads + kv_heads + g) * head_dim : k_col(g) + head_dim; }
   int64_t group() const { return heads / kv_heads; }
 };
 

@@ -21,8 +21,16 @@ constexpr int kThreads = 128;  // 4 warps, each owning 16 rows of a tile
 // The geometry every kernel reads from the layout.
 struct Geometry {
   int64_t seq, head_dim, qkv_cols, out_cols, heads, group;
-  __device__ __forceinline__ int64_t q_col(int64_t h) const { return ((h / group) * (group + 2) + h % group) * head_dim; }
-  __device__ __forceinline__ int64_t k_col(int64_t g) const { return (g * (group + 2) + group) * head_dim; }
+  bool kinds_apart;  // AttentionLayout::kinds_apart
+  __device__ __forceinline__ int64_t q_col(int64_t h) const {
+    return kinds_apart ? h * head_dim : ((h / group) * (group + 2) + h % group) * head_dim;
+  }
+  __device__ __forceinline__ int64_t k_col(int64_t g) const {
+    return kinds_apart ? (heads + g) * head_dim : (g * (group + 2) + group) * head_dim;
+  }
+  __device__ __forceinline__ int64_t v_col(int64_t g) const {
+    return kinds_apart ? (heads + heads / group + g) * head_dim : k_col(g) + head_dim;
+  }
 };
 
 // Rows of the tile starting at `at` in a sequence of `seq`.
@@ -36,7 +44,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 inline Geometry geometry_of(const AttentionLayout& l) {
-  return {l.seq, l.head_dim, l.qkv_cols(), l.out_cols(), l.heads, l.group()};
+  return {l.seq, l.head_dim, l.qkv_cols(), l.out_cols(), l.heads, l.group(), l.kinds_apart};
 }
 
 // Launches Kernel with `smem` bytes of dynamic shared memory, first raising its limit past the default 48 KiB once

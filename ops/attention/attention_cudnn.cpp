@@ -17,13 +17,13 @@
 // rounds into dQ: the engine adds each block of keys' share with atomics, which needs no per-sequence score
 // gradients in its workspace.
 //
-// Our QKV rows interleave each key/value group's query heads with its key and value, so a query head's columns are
-// an affine function of the head only when every group has one query head (multi-head) or there is one group
-// (multi-query). Grouped-query attention in between is run as several cuDNN calls of one plan with shifted
-// pointers: one per key/value group (cuDNN's n = batch, h = the group's query heads) or one per sequence (n = the
-// groups, h = the group's query heads), whichever takes fewer calls with every pointer 16-byte aligned. Both read
-// the buffers in place, where a copy into a head-major layout would cost two passes over Q, K, V (and three more
-// over the gradients) for what a few extra launches of the same plan do.
+// Interleaved QKV rows (TransformerEngine's layout) put each key/value group's query heads beside its key and value,
+// so a query head's columns are an affine function of the head only with one query head per group (multi-head) or
+// one group (multi-query); rows with the kinds apart (AttentionLayout::kinds_apart, how the model stores them) are
+// affine for every layout, and all of these run as one call reading the buffers in place. Interleaved grouped-query
+// rows copy the query heads into a buffer of their own for one call (and the query gradient back); should cuDNN build
+// no plan for that, several calls of one plan with shifted pointers run instead, one per key/value group or one per
+// sequence, whichever takes fewer calls with every pointer 16-byte aligned.
 #include "ops/attention/attention_cudnn.h"
 
 #include <cuda_runtime.h>
@@ -84,10 +84,11 @@ Split make_split(const AttentionLayout& l, int64_t batch, SplitKind kind) {
   p.k_at = l.k_col(0);
   p.v_at = l.v_col(0);
   switch (kind) {
-    case SplitKind::whole:  // multi-head (q_col(h) = h·3D) or multi-query (q_col(h) = h·D)
+    case SplitKind::whole:  // kinds apart (every head one D from the next of its kind), multi-head (q_col(h) = h·3D)
+                            // or multi-query (q_col(h) = h·D)
       p.n = batch, p.hq = l.heads, p.hk = l.kv_heads;
-      p.q_stride = {S * C, l.kv_heads == 1 ? D : G, C, 1};
-      p.kv_stride = {S * C, G, C, 1};
+      p.q_stride = {S * C, l.kinds_apart || l.kv_heads == 1 ? D : G, C, 1};
+      p.kv_stride = {S * C, l.kinds_apart ? D : G, C, 1};
       p.out_stride = {S * HD, D, HD, 1};
       p.stats_stride = {l.heads * S, S, 1, 1};
       break;
@@ -146,7 +147,7 @@ std::vector<Split> candidate_splits(const AttentionLayout& l, int64_t batch, int
                                     std::initializer_list<const void*> qkv_like,
                                     std::initializer_list<const void*> out_like, const void* stats) {
   std::vector<SplitKind> kinds{SplitKind::whole};
-  if (l.group() > 1 && l.kv_heads > 1) {
+  if (!l.kinds_apart && l.group() > 1 && l.kv_heads > 1) {
     kinds = {SplitKind::gathered, SplitKind::per_group, SplitKind::per_sequence};
     if (batch < l.kv_heads) std::swap(kinds[1], kinds[2]);
   }

@@ -65,8 +65,14 @@ struct QueryTile {
   int64_t seq, q0, head, batch, base, kc, vc;
   int rows, key_tiles;
   __device__ QueryTile(const Geometry& g, bool causal)
-      : seq(g.seq), q0(int64_t(query_tile(causal)) * kTile), head(blockIdx.y), batch(blockIdx.z),
-        base(batch * seq), kc(g.k_col(head / g.group)), vc(kc + g.head_dim), rows(tile_extent(seq, q0)),
+      : seq(g.seq),
+        q0(int64_t(query_tile(causal)) * kTile),
+        head(blockIdx.y),
+        batch(blockIdx.z),
+        base(batch * seq),
+        kc(g.k_col(head / g.group)),
+        vc(g.v_col(head / g.group)),
+        rows(tile_extent(seq, q0)),
         key_tiles(static_cast<int>(((causal ? q0 + rows : seq) + kTile - 1) / kTile)) {}
   // Key tile t's keys and values into the shared tiles k and v (asynchronous; the caller commits).
   template <class T, int D>
@@ -279,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 2) dkv_kernel(Geometry g, bool causa
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t S = g.seq, k0 = int64_t(blockIdx.x) * kTile, grp = blockIdx.y, b = blockIdx.z, base = b * S;
   const int keys = tile_extent(S, k0);
-  const int64_t kc = g.k_col(grp), vc = kc + g.head_dim;
+  const int64_t kc = g.k_col(grp), vc = g.v_col(grp);
   const int r_lo = warp * 16 + lane / 4;  // key rows r_lo, r_lo + 8 of the tile
 
   // The work list: (head of the group, query tile) pairs; causal attention skips the tiles before this key tile.

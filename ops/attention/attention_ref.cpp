@@ -139,17 +139,19 @@ void rope_apply(const AttentionLayout& l, float base, bool inverse, int64_t toke
   for (int64_t tok = 0; tok < tokens; ++tok) {
     const float pos = static_cast<float>(tok % l.seq);
     const int64_t r = tok * W;
+    const auto rotate = [&](int64_t col) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[static_cast<size_t>(i)];
+        const float c = std::cos(angle), s = sign * std::sin(angle);
+        const float a = load_f32(qkv, t, r + col + i), b = load_f32(qkv, t, r + col + i + half);
+        store_f32(out, t, r + col + i, a * c - b * s);
+        store_f32(out, t, r + col + i + half, b * c + a * s);
+      }
+    };
+    for (int64_t h = 0; h < l.heads; ++h) rotate(l.q_col(h));
     for (int64_t g = 0; g < l.kv_heads; ++g) {
+      rotate(l.k_col(g));
       for (int64_t c = 0; c < D; ++c) store_f32(out, t, r + l.v_col(g) + c, load_f32(qkv, t, r + l.v_col(g) + c));
-      // The group's query heads and its key are the (r + 1) heads before its value.
-      for (int64_t col = l.q_col(g * l.group()); col < l.v_col(g); col += D)
-        for (int64_t i = 0; i < half; ++i) {
-          const float angle = pos * inv_freq[static_cast<size_t>(i)];
-          const float c = std::cos(angle), s = sign * std::sin(angle);
-          const float a = load_f32(qkv, t, r + col + i), b = load_f32(qkv, t, r + col + i + half);
-          store_f32(out, t, r + col + i, a * c - b * s);
-          store_f32(out, t, r + col + i + half, b * c + a * s);
-        }
     }
   }
 }

@@ -11,11 +11,14 @@ namespace {
 
 template <class T>
 __global__ void rope_kernel(int64_t tokens, int64_t seq, int64_t head_dim, int64_t group, int64_t qkv_cols,
-                            float base, float sign, const T* qkv, T* out) {
+                            int64_t values_from, float base, float sign, const T* qkv, T* out) {
   const int64_t n = tokens * qkv_cols, half = head_dim / 2, span = (group + 2) * head_dim;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t tok = e / qkv_cols, c = e % qkv_cols, slot = (c % span) / head_dim, i = c % head_dim;
-    if (slot == group + 1) {  // a value: passes unchanged
+    const int64_t tok = e / qkv_cols, c = e % qkv_cols, i = c % head_dim;
+    // Interleaved rows (values_from < 0): a group's value is the last of its (group + 2) heads; kinds apart: the
+    // values are the columns from values_from on.
+    const bool value = values_from < 0 ? (c % span) / head_dim == group + 1 : c >= values_from;
+    if (value) {  // passes unchanged
       out[e] = qkv[e];
     } else if (i < half) {
       // The CPU reference's f32 steps: inverse frequency, angle, then cos/sin of it.
@@ -38,8 +41,9 @@ void rope_apply(const AttentionLayout& l, float base, bool inverse, int64_t toke
   const float sign = inverse ? -1.f : 1.f;
   dispatch_hp(t, "rope_apply", [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<grid, 256, 0, raw_stream(stream)>>>(tokens, l.seq, l.head_dim, l.group(), l.qkv_cols(), base,
-                                                          sign, static_cast<const T*>(qkv), static_cast<T*>(out));
+    rope_kernel<T><<<grid, 256, 0, raw_stream(stream)>>>(tokens, l.seq, l.head_dim, l.group(), l.qkv_cols(),
+                                                         l.kinds_apart ? l.v_col(0) : -1, base, sign,
+                                                         static_cast<const T*>(qkv), static_cast<T*>(out));
   });
   TE_CUDA_CHECK_LAUNCH();
 }

@@ -341,6 +341,40 @@ TEST(RankShards, SlicedReadsEqualTheShardsOfTheGlobalTensors) {
   fs::remove_all(d);
 }
 
+// A grouped-query QKV projection keeps TransformerEngine's interleaved rows in the global tensor (each key/value
+// group's query heads, key, value) and its heads' kinds apart on a rank (every query head, then every key, then every
+// value), at tp 1 as well; unsharding puts every row back.
+TEST(RankShards, GroupedQueryQkvRowsAreHeldKindsApart) {
+  ModelSpec spec = parse_spec(
+      "model:\n  hidden: 16\n  block:\n    - [ {layernorm_linear: {name: qkv, out: 32}},\n"
+      "        {attention: {name: a, heads: 4, kv_heads: 2, head_dim: 4, seq_len: 2}},\n"
+      "        {linear: {name: proj, out: 16}} ]\nparallel: {tp: 2}\n",
+      "<gqa>");
+  const std::vector<ParamSpec> specs = parameter_specs(spec);
+  for (const ParamSpec& p : specs)
+    EXPECT_EQ(p.qkv_of != nullptr, p.name == "layers.0.qkv.weight" || p.name == "layers.0.qkv.bias") << p.name;
+  const ParamSpec& bias = specs[3];
+  ASSERT_EQ(bias.name, "layers.0.qkv.bias");
+  std::vector<float> rows(32);
+  for (int i = 0; i < 32; ++i) rows[static_cast<size_t>(i)] = static_cast<float>(i);  // global row i holds i
+  const Tensor global = Tensor::from_f32(rows, {32}, DType::f32);
+  // Global: group 0 = q rows 0-7, k 8-11, v 12-15; group 1 = q 16-23, k 24-27, v 28-31 (head_dim 4).
+  const auto range = [](std::initializer_list<std::pair<int, int>> spans) {
+    std::vector<float> v;
+    for (auto [a, b] : spans)
+      for (int i = a; i < b; ++i) v.push_back(static_cast<float>(i));
+    return v;
+  };
+  EXPECT_EQ(shard_param(bias, global, 0, 1).to_f32_vector(),
+            range({{0, 8}, {16, 24}, {8, 12}, {24, 28}, {12, 16}, {28, 32}}));
+  EXPECT_EQ(shard_param(bias, global, 1, 2).to_f32_vector(), range({{16, 32}}));
+  for (int tp : {1, 2}) {
+    Tensor back = Tensor::zeros({32}, DType::f32);
+    for (int rank = 0; rank < tp; ++rank) unshard_param(bias, shard_param(bias, global, rank, tp), rank, tp, back);
+    EXPECT_EQ(back.to_f32_vector(), rows) << "tp " << tp;
+  }
+}
+
 // Seeded init per rank (one global tensor at a time) gives the shards of the whole seeded init.
 TEST(RankShards, SeededInitPerRankEqualsTheShardedGlobalInit) {
   ModelSpec spec = parse_spec("model:\n  hidden: 64\n  layers: 2\n  block:\n"

@@ -73,8 +73,10 @@ std::vector<double> attention_ref_forward(const AttnCase& c, const std::vector<d
 struct KernelRun {
   Tensor roped, out, lse, dqkv;
 };
-KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout, bool deterministic = true) {
-  const AttentionLayout l = attn_layout_of(c);
+KernelRun run_kernels(const AttnCase& c, const Tensor& qkv, const Tensor* dout, bool deterministic = true,
+                      bool kinds_apart = false) {
+  AttentionLayout l = attn_layout_of(c);
+  l.kinds_apart = kinds_apart;
   const AttentionOptions o{c.causal, 0.0f, deterministic};
   const int64_t T = c.batch * c.seq;
   KernelRun r;
@@ -422,6 +424,51 @@ TEST(Attention, RejectsPartialSequencesAndMismatchedLayoutsByName) {
   expect_attention_forward_refused(l, qkv, out, lse, "not whole sequences of 16");
   const Tensor wide = Tensor::zeros({32, l.qkv_cols() + 8}, DType::f32);
   expect_attention_forward_refused(l, wide, out, lse, "(heads + 2 · kv_heads) · head_dim");
+}
+
+// QKV rows moved from the interleaved layout to the kinds-apart one (or back): each head's columns, on the CPU.
+Tensor move_heads(const AttentionLayout& from, const Tensor& rows) {
+  AttentionLayout to = from;
+  to.kinds_apart = !from.kinds_apart;
+  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
+  const auto move = [&](int64_t src, int64_t dst) {
+    out.narrow(1, dst, from.head_dim).copy_from(rows.narrow(1, src, from.head_dim));
+  };
+  for (int64_t h = 0; h < from.heads; ++h) move(from.q_col(h), to.q_col(h));
+  for (int64_t g = 0; g < from.kv_heads; ++g) {
+    move(from.k_col(g), to.k_col(g));
+    move(from.v_col(g), to.v_col(g));
+  }
+  return out;
+}
+
+// The same heads with their kinds apart give the same bytes: output, statistics and (moved back) gradients,
+// through the rotary embedding, on the CPU and on the GPU with either kernels. Only where the heads sit changes.
+TEST(Attention, KindsApartRowsGiveTheBytesOfInterleavedRows) {
+  std::vector<std::pair<Device, const char*>> runs{{Device::cpu(), ""}};
+  if (cuda_device_count() > 0) runs.insert(runs.end(), {{Device::cuda(0), "own"}, {Device::cuda(0), "cudnn"}});
+  for (const AttnCase& c :
+       {AttnCase{2, 130, 8, 2, 128, true, 10000, DType::bf16}, AttnCase{1, 96, 6, 3, 64, false, 0, DType::f16},
+        AttnCase{2, 40, 4, 4, 32, true, 0, DType::bf16}}) {
+    const AttentionLayout l = attn_layout_of(c);
+    const int64_t T = c.batch * c.seq;
+    const Tensor qkv = random_2d(T, l.qkv_cols(), c.dtype, 61 + c.seq, Device::cpu(), Layout::contiguous);
+    const Tensor dout = random_2d(T, l.out_cols(), c.dtype, 63 + c.seq, Device::cpu(), Layout::contiguous);
+    const Tensor apart = move_heads(l, qkv);
+    for (const auto& [device, kernels] : runs) {
+      SCOPED_TRACE(::testing::Message() << c.heads << "/" << c.kv_heads << " heads on " << device.str() << " "
+                                        << kernels);
+      const ScopedAttentionKernels forced(kernels);
+      const Tensor dout_on = dout.to(device);
+      const KernelRun a = run_kernels(c, qkv.to(device), &dout_on);
+      const KernelRun b = run_kernels(c, apart.to(device), &dout_on, true, true);
+      EXPECT_EQ(bytes_of(a.out), bytes_of(b.out));
+      EXPECT_EQ(bytes_of(a.lse), bytes_of(b.lse));
+      AttentionLayout moved = l;
+      moved.kinds_apart = true;
+      EXPECT_EQ(bytes_of(a.dqkv), bytes_of(move_heads(moved, b.dqkv.to(Device::cpu()))));
+    }
+  }
 }
 
 TEST(Attention, SameBytesOnEveryRun) {

@@ -56,13 +56,15 @@ def torch_times(batch, seq, heads, kv, dim, causal):
             "fwd_bwd_ms": runs[both]["fwd_bwd_ms"], "backends": runs}
 
 
-def ours(exe, batch, seq, heads, kv, dim, causal, deterministic=True):
+def ours(exe, batch, seq, heads, kv, dim, causal, deterministic=True, interleaved=False):
     cmd = [exe, "bench", "attention", "--batch", str(batch), "--seq", str(seq), "--heads", str(heads), "--kv-heads",
            str(kv), "--head-dim", str(dim), "--dtype", "bf16", "--device", "cuda", "--json"]
     if not causal:
         cmd.append("--full")
     if not deterministic:
         cmd.append("--nondeterministic")
+    if interleaved:
+        cmd.append("--interleaved")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode not in (0, 1) or not r.stdout.strip():
         return {"error": (r.stderr or r.stdout)[-400:]}
@@ -91,6 +93,8 @@ def main():
             row["ratio_fwd_bwd"] = o["fwd_bwd_ms"] / t["fwd_bwd_ms"]
         if "fwd_ms" in o and "flash" in t["backends"]:  # the backend the target names
             row["ratio_fwd_bwd_flash"] = o["fwd_bwd_ms"] / t["backends"]["flash"]["fwd_bwd_ms"]
+        if s[3] not in (1, s[2]):  # grouped-query: also the interleaved rows, whose query heads are copied
+            row["teengine_interleaved"] = ours(a.teengine, *s, interleaved=True)
         if "fwd_ms" in nd:  # PyTorch's flash and cuDNN backwards are nondeterministic too
             row["ratio_fwd_bwd_nondeterministic"] = nd["fwd_bwd_ms"] / t["fwd_bwd_ms"]
         print(json.dumps(row), flush=True)

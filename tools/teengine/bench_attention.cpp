@@ -23,7 +23,7 @@ namespace {
 
 struct AttentionOpts {
   int64_t batch = 2, seq = 1024, heads = 16, kv_heads = 0, head_dim = 64;
-  bool full = false, json = false, nondeterministic = false;
+  bool full = false, json = false, nondeterministic = false, interleaved = false;
   std::string dtype = "bf16", device = "auto", kernels;
 };
 
@@ -64,7 +64,8 @@ int run_attention(const AttentionOpts& o) {
                    "all positive, and --kv-heads dividing --heads");
   const auto dt = dtype_from_name(o.dtype);
   if (!dt || !is_high_precision(*dt)) TE_INPUT_ERROR("bad --dtype '" << o.dtype << "'", "use f32, bf16 or f16");
-  const AttentionLayout l{o.heads, kv, o.head_dim, o.seq};
+  // The model's layout: grouped-query QKV rows with the heads' kinds apart (models/spec.h, qkv_kinds_apart).
+  const AttentionLayout l{o.heads, kv, o.head_dim, o.seq, !o.interleaved && kv > 1 && kv < o.heads};
   const AttentionOptions opt{!o.full, 0.0f, !o.nondeterministic};
   const int64_t T = o.batch * o.seq;
   if (!o.kernels.empty()) {
@@ -115,6 +116,7 @@ int run_attention(const AttentionOpts& o) {
                       {"kv_heads", kv},
                       {"head_dim", o.head_dim},
                       {"causal", opt.causal},
+                      {"qkv_layout", l.kinds_apart ? "kinds apart" : "interleaved"},
                       {"deterministic", opt.deterministic},
                       {"dtype", std::string(dtype_name(*dt))},
                       {"device", dev.str()},
@@ -145,6 +147,9 @@ Command add_bench_attention(CLI::App& app) {
   sub->add_option("--kv-heads", o->kv_heads, "key/value heads (0: --heads)")->capture_default_str();
   sub->add_option("--head-dim", o->head_dim, "one head's width")->capture_default_str();
   sub->add_flag("--full", o->full, "attend to every token of the sequence (default: causal)");
+  sub->add_flag("--interleaved", o->interleaved,
+                "grouped-query QKV rows interleaved per key/value group, as checkpoints hold them (default: the "
+                "model's layout, every query head, then every key, then every value)");
   sub->add_flag("--nondeterministic", o->nondeterministic,
                 "cuDNN's backward with the query gradient accumulated by atomics (attention.deterministic: false)");
   sub->add_option("--dtype", o->dtype, "f32 | bf16 | f16")->capture_default_str();
