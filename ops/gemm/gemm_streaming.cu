@@ -218,11 +218,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
   };
   if (splits == 1) {
-    for_each_output([&](float v, int64_t p, int64_t q) { store_result(g, factor, p, q, v); });
+    for_each_output([&](float& v, int64_t p, int64_t q) { store_result(g, factor, p, q, v); });
     return;
   }
   // Split K: publish this CTA's partial sums; the last CTA of the tile adds all of them in split order.
-  for_each_output([&](float v, int64_t p, int64_t q) { __stcg(g.partials + (split * g.P + p) * g.Q + q, v); });
+  for_each_output([&](float& v, int64_t p, int64_t q) { __stcg(g.partials + (split * g.P + p) * g.Q + q, v); });
   __threadfence();
   __syncthreads();
   __shared__ int is_last;
@@ -234,11 +234,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  for_each_output([&](float, int64_t p, int64_t q) {
-    float v = 0.f;
-    for (int sp = 0; sp < splits; ++sp) v += __ldcg(g.partials + (sp * g.P + p) * g.Q + q);
-    store_result(g, factor, p, q, v);
-  });
+  // Each split's partials for all of this thread's outputs at once, so that their L2 reads overlap (one output at a
+  // time, they were a chain of dependent round trips at the end of the tile's last CTA); every output is still the
+  // sum in split order from 0.
+  for_each_output([&](float& v, int64_t, int64_t) { v = 0.f; });
+  for (int sp = 0; sp < splits; ++sp)
+    for_each_output([&](float& v, int64_t p, int64_t q) { v += __ldcg(g.partials + (sp * g.P + p) * g.Q + q); });
+  for_each_output([&](float& v, int64_t p, int64_t q) { store_result(g, factor, p, q, v); });
 }
 
 template <int NT, bool kBlockScaled, Types T>
