@@ -1,12 +1,12 @@
 #include "models/spec.h"
 
 #include <numeric>
-
 #include <sstream>
 
 #include "engine/error.h"
 #include "engine/printable.h"
 #include "models/spec_tables.h"
+#include "ops/attention/attention.h"
 
 namespace te {
 using namespace spec_tables;
@@ -41,7 +41,7 @@ SpecOverride parse_override(const std::string& arg) {
 
 // ---- parameters --------------------------------------------------------------------------------------------------
 
-bool qkv_kinds_apart(const AttentionSpec& a) { return a.kv_heads > 1 && a.kv_heads < a.heads; }
+bool qkv_kinds_apart(const AttentionSpec& a) { return AttentionLayout{a.heads, a.kv_heads}.grouped_query(); }
 
 std::vector<ParamSpec> parameter_specs(const ModelSpec& spec) {
   std::vector<ParamSpec> out;

@@ -51,6 +51,9 @@ struct AttentionLayout {
   }
   int64_t v_col(int64_t g) const { return kinds_apart ? (heads + kv_heads + g) * head_dim : k_col(g) + head_dim; }
   int64_t group() const { return heads / kv_heads; }
+  // Several key/value groups of several query heads each: the layouts whose interleaved query heads are not one
+  // stride apart.
+  bool grouped_query() const { return kv_heads > 1 && kv_heads < heads; }
 };
 
 struct AttentionOptions {

@@ -147,7 +147,7 @@ std::vector<Split> candidate_splits(const AttentionLayout& l, int64_t batch, int
                                     std::initializer_list<const void*> qkv_like,
                                     std::initializer_list<const void*> out_like, const void* stats) {
   std::vector<SplitKind> kinds{SplitKind::whole};
-  if (!l.kinds_apart && l.group() > 1 && l.kv_heads > 1) {
+  if (!l.kinds_apart && l.grouped_query()) {
     kinds = {SplitKind::gathered, SplitKind::per_group, SplitKind::per_sequence};
     if (batch < l.kv_heads) std::swap(kinds[1], kinds[2]);
   }

@@ -65,7 +65,8 @@ int run_attention(const AttentionOpts& o) {
   const auto dt = dtype_from_name(o.dtype);
   if (!dt || !is_high_precision(*dt)) TE_INPUT_ERROR("bad --dtype '" << o.dtype << "'", "use f32, bf16 or f16");
   // The model's layout: grouped-query QKV rows with the heads' kinds apart (models/spec.h, qkv_kinds_apart).
-  const AttentionLayout l{o.heads, kv, o.head_dim, o.seq, !o.interleaved && kv > 1 && kv < o.heads};
+  AttentionLayout l{o.heads, kv, o.head_dim, o.seq};
+  l.kinds_apart = !o.interleaved && l.grouped_query();
   const AttentionOptions opt{!o.full, 0.0f, !o.nondeterministic};
   const int64_t T = o.batch * o.seq;
   if (!o.kernels.empty()) {
