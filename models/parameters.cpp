@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "models/safetensors.h"
+#include "ops/attention/attention.h"
 
 namespace te {
 namespace {
@@ -21,15 +22,17 @@ struct Piece {
 };
 std::vector<Piece> pieces(const ParamSpec& p, int rank, int tp) {
   const int64_t n = p.shape[p.shard_dim];
-  if (p.qkv_of) {  // the rank's groups, each (group + 2) heads of D rows globally, sorted by kind locally
+  if (p.qkv_of) {  // the rank's key/value groups: interleaved rows globally, the kinds apart locally
     const AttentionSpec& a = *p.qkv_of;
-    const int64_t D = a.head_dim, r = a.heads / a.kv_heads, groups = a.kv_heads / tp, first = rank * groups;
+    const AttentionLayout global{a.heads, a.kv_heads, a.head_dim};
+    AttentionLayout local{a.heads / tp, a.kv_heads / tp, a.head_dim};
+    local.kinds_apart = true;
+    const int64_t r = global.group(), D = a.head_dim, first = rank * local.kv_heads;
     std::vector<Piece> out;
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t at = (first + g) * (r + 2) * D;
-      out.push_back({at, g * r * D, r * D});                               // its query heads
-      out.push_back({at + r * D, groups * r * D + g * D, D});              // its key
-      out.push_back({at + (r + 1) * D, groups * (r + 1) * D + g * D, D});  // its value
+    for (int64_t g = 0; g < local.kv_heads; ++g) {
+      out.push_back({global.q_col((first + g) * r), local.q_col(g * r), r * D});  // its query heads
+      out.push_back({global.k_col(first + g), local.k_col(g), D});
+      out.push_back({global.v_col(first + g), local.v_col(g), D});
     }
     return out;
   }

@@ -352,8 +352,10 @@ std::string graph_name(const char* direction, const Split& p) {
 }
 
 // Builds (or finds) the plan for `key` and runs it once per call of the split, `pointers(i, extra)` binding call i's
-// tensors (`extra`: `extra_bytes` of the workspace past cuDNN's own, for the graph's tensors kept there); `before`
-// runs once there is a plan, ahead of the first call. A plan's first build is logged (info) with the split's name.
+// tensors (`extra`: `extra_bytes` of the workspace past cuDNN's own, for the graph's tensors kept there); it is called
+// right before call i is enqueued, so it may enqueue what call i needs first (the backward zeroes dQ's accumulator
+// there). `before` runs once there is a plan, ahead of the first call. A plan's first build is logged (info) with the
+// split's name.
 bool run(const char* direction, const Split& p, Device device, const Stream& stream, const std::vector<int64_t>& key,
          const std::function<OpGraph()>& graph, bool deterministic, int64_t extra_bytes,
          const std::function<void()>& before, const std::function<Pointers(int64_t, void*)>& pointers,
