@@ -168,8 +168,10 @@ def philox(key, ctr_lo, ctr_hi=0):
 
 
 def sr_uniform(seed, index, copy):
-    """§2.7: word index%4 of the Philox block at counter (index/4, 2 + copy), top 24 bits as u in [0, 1)."""
-    return (philox(seed, index >> 2, 2 + copy)[index & 3] >> 8) * (1.0 / 16777216.0)
+    """§2.7: the Philox block at counter (index/8, 2 + copy), 16-bit half index%2 of word (index/2)%4 as b;
+    u = (b + 1/2) / 2^16."""
+    b = (philox(seed, index >> 3, 2 + copy)[(index >> 1) & 3] >> (16 * (index & 1))) & 0xFFFF
+    return (b + 0.5) / 65536.0
 
 
 def e2m1_sr(x, u):
@@ -210,14 +212,17 @@ def rht_negative(j, i):  # sign of s_j * H[j][i]
 
 
 def rht16(v):
-    """y = v · diag(s) H16 / 4: each y_i summed in f32 over j = 0..15, times 1/4 (f32), rounded to bf16."""
-    y = []
-    for i in range(16):
-        acc = 0.0
-        for j in range(16):
-            acc = f32(acc - v[j] if rht_negative(j, i) else acc + v[j])
-        y.append(bf16(f32(acc * 0.25)))
-    return y
+    """y = v · diag(s) H16 / 4: the signs, then four f32 butterfly stages (h = 1, 2, 4, 8: the pair i, i + h with
+    bit h of i clear becomes w_i + w_i+h, w_i - w_i+h), times 1/4 (f32), rounded to bf16."""
+    w = [-x if (RHT_SIGNS >> j) & 1 else x for j, x in enumerate(v)]
+    h = 1
+    while h < 16:
+        for i in range(16):
+            if not i & h:
+                a, b = w[i], w[i + h]
+                w[i], w[i + h] = f32(a + b), f32(a - b)
+        h *= 2
+    return [bf16(f32(x * 0.25)) for x in w]
 
 
 # ---- scales (§2) ---------------------------------------------------------------------------------------------
@@ -480,6 +485,10 @@ def self_check():
         for k in range(16):
             dot = sum((-1 if rht_negative(j, i) else 1) * (-1 if rht_negative(j, k) else 1) for j in range(16)) / 16
             assert dot == (1 if i == k else 0)
+    # The butterfly order computes the matrix product: small integers keep every sum exact
+    v = [float((7 * j + 3) % 11 - 5) for j in range(16)]
+    direct = [bf16(f32(sum((-1 if rht_negative(j, i) else 1) * v[j] for j in range(16)) * 0.25)) for i in range(16)]
+    assert rht16(v) == direct, "RHT butterfly != matrix"
     signs = "".join("-" if (RHT_SIGNS >> j) & 1 else "+" for j in range(16))
     assert signs == "+++-+------+-+--", signs  # NUMERICS §2.7 lists s_0 … s_15
 

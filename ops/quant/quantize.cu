@@ -369,6 +369,7 @@ void quant_amax_cuda(const QuantInput& x, const QuantParams& p, float* amax_out,
 
 void quantize_cuda(const QuantInput& x, const QuantParams& p_in, const QuantOutputs& out, const Stream& stream) {
   if (quantize_fast_cuda(x, p_in, out, stream)) return;
+  if (quantize_nvfp4_columnwise_cuda(x, p_in, out, stream)) return;  // the column-wise copy (and the row-wise one)
   QuantParams p = p_in;
   if (quantize_nvfp4_rowwise_cuda(x, p, out, stream)) {  // the column-wise copy, if asked, comes next
     if (!p.columnwise) return;

@@ -2,12 +2,12 @@
 // nvfp4_element's steps, rht16_forward), so the bytes equal the CPU reference's:
 //   row-wise    — a lane owns one 1x16 block (two 16-byte loads of 16-bit input), so the block amax, its E4M3 scale
 //                 and the 16 codes need no shuffles and the codes leave as one 8-byte store; stochastic rounding draws
-//                 one Philox block per 4 elements, the same words sr_uniform gives each element. With a fused
+//                 one Philox block per 8 elements, the same bits sr_uniform gives each element. With a fused
 //                 activation (GELU, ReLU) each loaded word becomes act_forward's rounded output first, and the
 //                 per-tensor amax was taken over those same values (quant_amax_cuda).
-//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes one
-//                 feature and four of its 16-token blocks, applies the Hadamard transform to each full block, and
-//                 writes its 16 codes as one 8-byte store.
+//   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes two
+//                 adjacent features and two 16-token blocks of each, applies the Hadamard transform to each full
+//                 block, writes each block's 16 codes as one 8-byte store and the image as bf16 pairs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -27,6 +27,48 @@ namespace {
 using namespace quant_fast;
 
 constexpr int kThreads = 256, kBlock = 16;
+
+// One 1x16 block of the row-wise copy, x[m, k .. k + 16) as v: its scale, its 16 codes (one 8-byte store) and its
+// image (two 16-byte stores when bf16). The block's first element index m * K + k is its SR counter (a multiple of
+// 16, so each half of the block draws one Philox block).
+__device__ __forceinline__ void nvfp4_row_block(const QuantParams& p, const QuantOutputs& out, DType in, const float* v,
+                                                int64_t m, int64_t k, int64_t K, float s_enc, float s_dec_image) {
+  float a = 0.f;
+#pragma unroll
+  for (int j = 0; j < kBlock; ++j) a = amax_fold(a, v[j]);
+  const BlockScale bs = block_scale(p, in, a, s_enc);
+  store_block_scale(p, out.row.scale_inv, scale_offset(out.row.layout, m, k / kBlock), bs);
+  const int64_t index = m * K + k;
+  uint32_t w[2] = {0, 0};  // code j in nibble j % 8 of word j / 8
+#pragma unroll
+  for (int j = 0; j < kBlock; j += 8) {
+    Philox4 r{};
+    if (p.sr) r = sr_block(p.seed, index + j, 0u);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      const float y = v[j + t] * bs.factor;
+      const uint32_t q = p.sr ? e2m1_from_f32_sr(y, sr_uniform_of(r, t)) : e2m1_from_f32(y);
+      w[j / 8] |= q << (4 * t);
+    }
+  }
+  *reinterpret_cast<uint2*>(out.row.data + data_offset(out.row.layout, m, k) / 2) = make_uint2(w[0], w[1]);
+  if (!out.row_image) return;
+  const float decoded = decoded_block_scale(p, bs);
+  auto img = [&](int j) {
+    return image_value(p, static_cast<uint8_t>((w[j / 8] >> (4 * (j % 8))) & 0xFu), decoded, s_dec_image);
+  };
+  if (out.image.dtype == DType::bf16) {
+    uint32_t h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = bf16x2_bits(img(2 * j), img(2 * j + 1));
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
+    dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) store_f32(out.row_image, out.image.dtype, index + j, img(j));
+  }
+}
 
 // Act: the fused activation applied to each loaded word (act_round_word: act_forward's bytes), which out.act_out
 // then receives as well when set (x dense).
@@ -53,44 +95,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
     }
     unpack8(w0, kIn, v);
     unpack8(w1, kIn, v + 8);
-    float a = 0.f;
-#pragma unroll
-    for (int j = 0; j < kBlock; ++j) a = amax_fold(a, v[j]);
-    const BlockScale bs = block_scale(p, kIn, a, s_enc);
-    store_block_scale(p, out.row.scale_inv, scale_offset(out.row.layout, m, k / kBlock), bs);
-    const int64_t index = m * x.K + k;  // the SR counter of the first element (a multiple of 4)
-    uint8_t q[kBlock];
-#pragma unroll
-    for (int j = 0; j < kBlock; j += 4) {
-      Philox4 r{};
-      if (p.sr) r = sr_block(p.seed, index + j, 0u);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const float y = v[j + t] * bs.factor;
-        q[j + t] = p.sr ? e2m1_from_f32_sr(y, uniform_from_bits(r.v[t])) : e2m1_from_f32(y);
-      }
-    }
-    uint32_t w[2] = {0, 0};
-#pragma unroll
-    for (int j = 0; j < kBlock; ++j) w[j / 8] |= static_cast<uint32_t>(q[j]) << (4 * (j % 8));
-    *reinterpret_cast<uint2*>(out.row.data + data_offset(out.row.layout, m, k) / 2) = make_uint2(w[0], w[1]);
-    if (out.row_image) {
-      const float decoded = decoded_block_scale(p, bs);
-      float img[kBlock];
-#pragma unroll
-      for (int j = 0; j < kBlock; ++j) img[j] = image_value(p, q[j], decoded, s_dec_image);
-      if (out.image.dtype == DType::bf16) {
-        uint32_t h[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) h[j] = bf16x2_bits(img[2 * j], img[2 * j + 1]);
-        uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
-        dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
-        dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kBlock; ++j) store_f32(out.row_image, out.image.dtype, index + j, img[j]);
-      }
-    }
+    nvfp4_row_block(p, out, kIn, v, m, k, x.K, s_enc, s_dec_image);
   }
 }
 
@@ -104,9 +109,56 @@ __device__ __forceinline__ void park_tile(const QuantInput& x, int64_t m0, int64
   }
 }
 
+// One feature's 16-token block of the column-wise copy: its (Hadamard-transformed) values y in, its scale stored,
+// its codes and decoded scale out.
+struct ColumnBlock {
+  uint32_t w[2];  // code j in nibble j (zero past the block's tokens)
+  float decoded;
+};
+__device__ __forceinline__ ColumnBlock nvfp4_column_block(const QuantParams& p, DType in, const QuantCopyOut& col,
+                                                          float s_enc, const float* y, int cnt, int64_t k, int64_t mg) {
+  const CopyLayout& L = col.layout;
+  float a = 0.f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
+  const BlockScale bs = block_scale(p, in, a, s_enc);
+  store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
+  const int64_t index = k * L.C + mg;    // the SR counter of the block's first element
+  const bool octets = (index & 7) == 0;  // then 8 consecutive elements share one Philox block
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < 16; j += 8) {
+    Philox4 rnd{};
+    if (p.sr && octets) rnd = sr_block(p.seed, index + j, 1u);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      if (j + t >= cnt) continue;
+      const float yv = y[j + t] * bs.factor;
+      uint32_t code;
+      if (!p.sr)
+        code = e2m1_from_f32(yv);
+      else
+        code = e2m1_from_f32_sr(yv, octets ? sr_uniform_of(rnd, t) : sr_uniform(p.seed, index + j + t, 1u));
+      w[(j + t) / 8] |= code << (4 * ((j + t) % 8));
+    }
+  }
+  // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
+  uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
+  if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; j += 2)  // constant bounds: w stays in registers
+      if (j < cnt) dst[j / 2] = static_cast<uint8_t>(w[j / 8] >> (4 * (j % 8)));
+  }
+  return {{w[0], w[1]}, decoded_block_scale(p, bs)};
+}
+
 // The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x. A thread
-// takes one feature and four 16-token blocks of it, one block at a time, so it holds one block's values and codes;
-// the warp's 32 consecutive features make each image store one contiguous row segment of x's [M, K] order.
+// takes two adjacent features and two 16-token blocks of each, and the image leaves as one bf16 pair per token, so a
+// warp's 64 features make each image store one contiguous 128-byte row segment of x's [M, K] order. One feature's
+// block is converted at a time (its codes kept), so a thread holds 16 values. With p.rowwise the kernel first writes
+// the row-wise copy of the tile (K a multiple of 16), so x is read once for both.
 template <bool kBf16>
 __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
   constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
@@ -114,64 +166,61 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
   park_tile(x, m0, k0, s);
   __syncthreads();
+  if (p.rowwise) {  // the row-wise copy from the same tile: 128 rows of 8 blocks, a warp's 8 lanes per row
+    const float s_enc_row = nvfp4_global_encode_scale(*out.row_amax);
+    const float s_dec_row = image_s_dec(out.image, s_enc_row);
+#pragma unroll 1
+    for (int u = threadIdx.x; u < kTile * (kTile / kBlock); u += kTileThreads) {
+      const int rr = u / (kTile / kBlock), cb = (u % (kTile / kBlock)) * kBlock;
+      const int64_t m = m0 + rr, k = k0 + cb;
+      if (m >= x.M || k >= x.K) continue;
+      float v[kBlock];
+      unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cb]), kIn, v);
+      unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cb + 8]), kIn, v + 8);
+      nvfp4_row_block(p, out, kIn, v, m, k, x.K, s_enc_row, s_dec_row);
+    }
+  }
   const QuantCopyOut& col = out.col;
-  const CopyLayout& L = col.layout;
   const float s_enc = nvfp4_global_encode_scale(out.col_amax ? *out.col_amax : 0.f);
   const float s_dec_image = image_s_dec(out.image, s_enc);
-  const int cc = threadIdx.x % kTile;
-  const int64_t k = k0 + cc;
-  if (k >= x.K) return;  // no barrier follows
-  for (int g = 0; g < 4; ++g) {
-    const int r0 = (threadIdx.x / kTile) * 64 + g * 16;  // first token of this block within the tile
+  const int cc = 2 * (threadIdx.x % (kTile / 2));
+  const int64_t k = k0 + cc;  // features k, k + 1 (K is a multiple of 8: both or neither)
+  if (k >= x.K) return;       // no barrier follows
+  const bool bf16_image = out.image.dtype == DType::bf16;
+  for (int g = 0; g < 2; ++g) {
+    const int r0 = (threadIdx.x / (kTile / 2)) * 32 + g * 16;  // first token of these blocks within the tile
     const int64_t mg = m0 + r0;
     if (mg >= x.M) break;
     const int cnt = static_cast<int>(x.M - mg < 16 ? x.M - mg : 16);
-    float y[16];
-    {
-      float v[16];
+    ColumnBlock b[2];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = half_bits_to_f32<kBf16>(s[(r0 + j) * kTilePitch + cc]);
+    for (int f = 0; f < 2; ++f) {
+      float v[16], y[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[j] = half_bits_to_f32<kBf16>(s[(r0 + j) * kTilePitch + cc + f]);
       if (p.rht && cnt == 16) {
         rht16_forward(v, y);
       } else {
 #pragma unroll
         for (int j = 0; j < 16; ++j) y[j] = v[j];
       }
+      b[f] = nvfp4_column_block(p, kIn, col, s_enc, y, cnt, k + f, mg);
     }
-    float a = 0.f;
+    if (!out.col_image) continue;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
-    const BlockScale bs = block_scale(p, kIn, a, s_enc);
-    store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
-    const int64_t index = k * L.C + mg;   // the SR counter of the first element
-    const bool quads = (index & 3) == 0;  // then 4 consecutive elements share one Philox block
-    const float decoded = decoded_block_scale(p, bs);
-    uint32_t w[2] = {0, 0};  // code j in nibble j of the 8 bytes (zero past the tokens)
-#pragma unroll
-    for (int j = 0; j < 16; j += 4) {
-      Philox4 rnd{};
-      if (p.sr && quads) rnd = sr_block(p.seed, index + j, 1u);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        if (j + t >= cnt) continue;
-        const float yv = y[j + t] * bs.factor;
-        uint32_t code;
-        if (!p.sr) code = e2m1_from_f32(yv);
-        else code = e2m1_from_f32_sr(yv, quads ? uniform_from_bits(rnd.v[t]) : sr_uniform(p.seed, index + j + t, 1u));
-        w[(j + t) / 8] |= code << (4 * ((j + t) % 8));
-        if (out.col_image)  // the image in x's [M, K] order: column k of token mg + j + t
-          store_f32(out.col_image, out.image.dtype, (mg + j + t) * x.K + k,
-                    image_value(p, static_cast<uint8_t>(code), decoded, s_dec_image));
+    for (int j = 0; j < 16; ++j) {  // the image in x's [M, K] order: columns k, k + 1 of token mg + j
+      if (j >= cnt) break;
+      const uint8_t c0 = static_cast<uint8_t>((b[0].w[j / 8] >> (4 * (j % 8))) & 0xFu);
+      const uint8_t c1 = static_cast<uint8_t>((b[1].w[j / 8] >> (4 * (j % 8))) & 0xFu);
+      const float i0 = image_value(p, c0, b[0].decoded, s_dec_image),
+                  i1 = image_value(p, c1, b[1].decoded, s_dec_image);
+      const int64_t at = (mg + j) * x.K + k;
+      if (bf16_image) {
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + at) = bf16x2_bits(i0, i1);
+      } else {
+        store_f32(out.col_image, out.image.dtype, at, i0);
+        store_f32(out.col_image, out.image.dtype, at + 1, i1);
       }
-    }
-    // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
-    uint8_t* dst = col.data + data_offset(L, k, mg) / 2;
-    if (cnt == 16 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-      *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; j += 2)  // constant bounds: w stays in registers
-        if (j < cnt) dst[j / 2] = static_cast<uint8_t>(w[j / 8] >> (4 * (j % 8)));
     }
   }
 }
@@ -230,6 +279,13 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_rht_amax_kernel(QuantInput
   }
 }
 
+// The row-wise copy's conditions: 16-bit rows that allow 16-byte loads, whole 1x16 blocks, aligned outputs, the amax.
+bool rowwise_eligible(const QuantInput& x, const QuantOutputs& out) {
+  return (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 && x.K % kBlock == 0 &&
+         x.stride_m % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 &&
+         (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(out.row_image) & 15) == 0 && out.row_amax != nullptr;
+}
 // The tile kernels' input: 16-bit rows that allow 16-byte loads, K a multiple of 8, a grid of tiles CUDA can launch.
 bool tile_eligible(const QuantInput& x) {
   return (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 && x.K % 8 == 0 &&
@@ -244,9 +300,10 @@ dim3 tile_grid(const QuantInput& x) {
 
 bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                     const Stream& stream) {
-  const bool eligible = p.format == QuantFormat::nvfp4_1d && p.columnwise && !p.rowwise &&
-                        p.pre_act == QuantPreAct::none && tile_eligible(x) && !out.col.layout.store_transposed &&
-                        (reinterpret_cast<uintptr_t>(out.col_image) & 3) == 0;
+  const bool eligible = p.format == QuantFormat::nvfp4_1d && p.columnwise && p.pre_act == QuantPreAct::none &&
+                        tile_eligible(x) && !out.col.layout.store_transposed &&
+                        (reinterpret_cast<uintptr_t>(out.col_image) & 3) == 0 &&
+                        (!p.rowwise || rowwise_eligible(x, out));
   if (!eligible) return false;
   const dim3 grid = tile_grid(x);
   cudaStream_t st = static_cast<cudaStream_t>(stream.handle());
@@ -269,11 +326,7 @@ bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, cons
                                  const Stream& stream) {
   if (p.format != QuantFormat::nvfp4_1d) return false;
   const bool fused = p.pre_act != QuantPreAct::none;
-  const bool eligible = p.rowwise &&
-                        (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 && x.K % kBlock == 0 &&
-                        x.stride_m % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 &&
-                        (reinterpret_cast<uintptr_t>(out.row.data) & 7) == 0 &&
-                        (reinterpret_cast<uintptr_t>(out.row_image) & 15) == 0 && out.row_amax != nullptr;
+  const bool eligible = p.rowwise && rowwise_eligible(x, out);
   TE_CHECK(eligible || !fused, "fused activation → NVFP4 asked for an input without a fast path: " << x.M << "x" << x.K);
   TE_CHECK(!fused || (!p.columnwise && x.stride_m == x.K),
            "fused activation → NVFP4: row-wise only, of a dense input (Quantizer::can_fuse_activation)");

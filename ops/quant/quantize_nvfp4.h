@@ -11,9 +11,9 @@ namespace te {
 bool quantize_nvfp4_rowwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                  const Stream& stream);
 
-// Launches and returns true for NVFP4 1D asked for the column-wise copy alone (the row-wise one, if any, already
-// written), from 16-bit rows that allow 16-byte loads, K a multiple of 8, the column-wise amax already computed;
-// returns false (nothing launched) otherwise.
+// Launches and returns true for NVFP4 1D asked for the column-wise copy, from 16-bit rows that allow 16-byte loads,
+// K a multiple of 8, the column-wise amax already computed; when the row-wise copy is asked too, it is written from
+// the same tiles (the row-wise conditions above must hold as well). Returns false (nothing launched) otherwise.
 bool quantize_nvfp4_columnwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
                                     const Stream& stream);
 

@@ -66,10 +66,10 @@ TE_HD float nvfp4_encode_factor(uint8_t block_scale_code, float s_dec) {
   return f > FLT_MAX ? FLT_MAX : f;
 }
 
-// Stochastic rounding to e2m1 with a uniform u in [0, 1) (24 bits, exact): between the two neighbouring
-// magnitudes lo <= |x| < hi, round up with probability (|x| - lo) / (hi - lo). With the power-of-two gap g of |x|'s
-// binade, t = |x| / g is exact (a multiply by 1/g) and so is its fraction t - floor(t), so E[q] = x up to the 2^-24
-// resolution of u. NaN → +6 (as RN); |x| >= 6 saturates; the sign is kept (so -0 stays -0).
+// Stochastic rounding to e2m1 with a uniform u in (0, 1): between the two neighbouring magnitudes lo <= |x| < hi,
+// round up when u < (|x| - lo) / (hi - lo). With the power-of-two gap g of |x|'s binade, t = |x| / g is exact (a
+// multiply by 1/g) and so is its fraction t - floor(t). NaN → +6 (as RN); |x| >= 6 saturates; the sign is kept
+// (so -0 stays -0).
 TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
   const uint32_t bits = f32_bits(x);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
@@ -84,21 +84,28 @@ TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
   const uint32_t up = u < t - lo ? 1u : 0u;
   return static_cast<uint8_t>(sign | (static_cast<uint32_t>(lo) + up + offset));
 }
-// The Philox block of element `index` of copy `copy` (0 row-wise, 1 column-wise): elements 4i .. 4i+3 share it,
-// word index & 3 each (kernels that own 4 aligned elements draw it once).
-TE_HD Philox4 sr_block(uint64_t seed, uint64_t index, uint32_t copy) {
-  return philox4x32(seed, index >> 2, 2u + copy);
+// SR draws 16 random bits per element: one Philox block serves 8 consecutive elements of a copy (counter (i / 8,
+// 2 + copy), copy 0 row-wise and 1 column-wise; element i takes half i % 2 of word (i / 2) % 4). The uniform is the
+// centre of its 2^-16 cell, (b + 1/2) / 2^16, so P(up) is the fraction rounded to the nearest 2^-16 and E[q] is x
+// within 2^-17 of the gap. Kernels that own 8 aligned elements draw the block once.
+TE_HD Philox4 sr_block(uint64_t seed, uint64_t index, uint32_t copy) { return philox4x32(seed, index >> 3, 2u + copy); }
+// Element `index`'s uniform from its block: 1 + (b + 1/2) / 2^16 built from bits, minus 1 (both exact).
+TE_HD float sr_uniform_of(const Philox4& block, uint64_t index) {
+  const uint32_t b = (block.v[(index >> 1) & 3] >> (16 * (index & 1))) & 0xFFFFu;
+  return f32_from_bits(0x3F800040u | (b << 7)) - 1.0f;
 }
-// The uniform for SR of element `index` of copy `copy`: one Philox word per element, counter = element index, so any
-// thread layout and the CPU produce the same numbers.
+// The uniform of element `index` of copy `copy`: it depends only on (seed, index, copy), so any thread layout and the
+// CPU draw the same numbers.
 TE_HD float sr_uniform(uint64_t seed, uint64_t index, uint32_t copy) {
-  return uniform_from_bits(sr_block(seed, index, copy).v[index & 3]);
+  return sr_uniform_of(sr_block(seed, index, copy), index);
 }
 
 // ---- Random Hadamard transform (NVFP4 column-wise copy) ---------------------------------------------------
 // R = diag(s) * H16 * 1/4 with H16 the Sylvester Hadamard matrix (H[i][j] = (-1)^popcount(i & j)) and
-// s_j = -1 where bit j of 0xD7E8 is set. Forward: y = v * R, i.e. y_i = 1/4 * sum_j s_j H[j][i] v_j, summed in
-// f32 in order j = 0..15 (only sign flips and adds: bit-identical on host and device), then rounded through bf16.
+// s_j = -1 where bit j of 0xD7E8 is set. Forward: y = v * R. The signs are applied first, then H16 as four butterfly
+// stages in f32 (stage h = 1, 2, 4, 8 replaces each pair (w_i, w_i+h), bit h of i clear, by (w_i + w_i+h,
+// w_i - w_i+h)), then * 1/4 and the rounding through bf16: 64 adds where the matrix product takes 256, and only
+// sign flips and adds in a fixed order, so host and device agree bit for bit.
 // R is orthogonal (R Rᵀ = I), so rht16_inverse (v * Rᵀ) undoes it up to the bf16 rounding.
 constexpr uint32_t kRhtSignMask = 0xD7E8u;
 TE_HD bool hadamard_negative(int i, int j) {  // parity of popcount(i & j) for 4-bit indices
@@ -109,16 +116,21 @@ TE_HD bool hadamard_negative(int i, int j) {  // parity of popcount(i & j) for 4
 }
 
 TE_HD void rht16_forward(const float* v, float* y) {
+  float w[16];
   TE_UNROLL
-  for (int i = 0; i < 16; ++i) {
-    float acc = 0.0f;
+  for (int j = 0; j < 16; ++j) w[j] = ((kRhtSignMask >> j) & 1u) ? -v[j] : v[j];
+  TE_UNROLL
+  for (int h = 1; h < 16; h <<= 1) {
     TE_UNROLL
-    for (int j = 0; j < 16; ++j) {
-      const bool neg = hadamard_negative(j, i) != (((kRhtSignMask >> j) & 1u) != 0);
-      acc += neg ? -v[j] : v[j];
+    for (int i = 0; i < 16; ++i) {
+      if (i & h) continue;
+      const float a = w[i], b = w[i + h];
+      w[i] = a + b;
+      w[i + h] = a - b;
     }
-    y[i] = bf16_to_f32(bf16_from_f32(acc * 0.25f));
   }
+  TE_UNROLL
+  for (int i = 0; i < 16; ++i) y[i] = bf16_to_f32(bf16_from_f32(w[i] * 0.25f));
 }
 // v = y * Rᵀ: v_i = s_i / 4 * sum_j H[i][j] y_j (f32, not rounded).
 TE_HD void rht16_inverse(const float* y, float* v) {

@@ -70,6 +70,11 @@ inline void rht(const float* v, float* y) {
     y[i] = bf16_to_f32(bf16_from_f32(static_cast<float>(acc / 4)));
   }
 }
+// The SR uniform of element idx from its Philox word: the 16-bit half idx % 2, at the centre of its cell.
+inline float sr_u16(uint32_t word, uint64_t idx) {
+  const uint32_t b = (idx & 1) ? word >> 16 : word & 0xFFFFu;
+  return static_cast<float>((b + 0.5) / 65536.0);
+}
 inline uint8_t e2m1_sr(float x, float u) {
   if (std::isnan(x)) return 7;
   const uint8_t sign = std::signbit(x) ? 8 : 0;
@@ -164,7 +169,7 @@ inline Expected quantize(const std::vector<float>& X, int64_t M, int64_t K, DTyp
             const float v = A[r * C + c] * factor;
             const uint64_t idx = static_cast<uint64_t>(r * C + c);
             const uint8_t q = cfg.stochastic_rounding
-                                  ? e2m1_sr(v, uniform_from_bits(philox4x32(cfg.seed, idx >> 2, 2 + copy).v[idx & 3]))
+                                  ? e2m1_sr(v, sr_u16(philox4x32(cfg.seed, idx >> 3, 2 + copy).v[(idx >> 1) & 3], idx))
                                   : e2m1_from_f32(v);
             const int64_t n = r * ld + c;
             out.data[n / 2] |= static_cast<uint8_t>((n & 1) ? q << 4 : q);
