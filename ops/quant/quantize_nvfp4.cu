@@ -7,7 +7,8 @@
 //                 per-tensor amax was taken over those same values (quant_amax_cuda).
 //   column-wise — a CTA parks a 128x128 tile in shared memory (as the FP8 tile kernel does); a thread takes two
 //                 adjacent features and two 16-token blocks of each, applies the Hadamard transform to each full
-//                 block, writes each block's 16 codes as one 8-byte store and the image as bf16 pairs.
+//                 block, writes each block's 16 codes as one 8-byte store and the image as bf16 pairs. Asked for
+//                 both copies, the same kernel first writes the row-wise one from the parked tile (x read once).
 #include <cuda_runtime.h>
 
 #include <cstdint>
