@@ -173,6 +173,19 @@ TEST(QuantRules, HadamardIsOrthogonalAndMatchesMatrix) {
   }
 }
 
+// NUMERICS §2.7's draw: element i takes the 16-bit half i % 2 of word (i / 2) % 4 of the Philox block at counter
+// (i / 8, 2 + copy), centred in its 2^-16 cell.
+TEST(QuantRules, StochasticRoundingDrawsSixteenBitsPerElement) {
+  for (uint32_t copy : {0u, 1u})
+    for (uint64_t i = 0; i < 64; ++i) {
+      const uint32_t word = philox4x32(99, i / 8, 2 + copy).v[(i / 2) % 4];
+      const uint32_t b = i % 2 ? word >> 16 : word & 0xFFFFu;
+      ASSERT_EQ(sr_uniform(99, i, copy), static_cast<float>((b + 0.5) / 65536.0)) << i << " copy " << copy;
+    }
+  EXPECT_EQ(sr_uniform_of(Philox4{{0, 0, 0, 0xFFFF0000u}}, 7), static_cast<float>(65535.5 / 65536.0));
+  EXPECT_EQ(sr_uniform_of(Philox4{{0, 0, 0, 0}}, 0), static_cast<float>(0.5 / 65536.0));
+}
+
 TEST(QuantRules, StochasticRoundingUnbiasedAndReproducible) {
   for (float x : {0.3f, 1.2f, -2.6f, 4.9f, 0.05f}) {
     double sum = 0;
