@@ -373,9 +373,9 @@ void quantize_cuda(const QuantInput& x, const QuantParams& p_in, const QuantOutp
   QuantParams p = p_in;
   if (quantize_nvfp4_rowwise_cuda(x, p, out, stream)) {  // the column-wise copy, if asked, comes next
     if (!p.columnwise) return;
-    p.rowwise = false;
+    p.rowwise = false;  // the tile kernel may now take the column-wise copy alone
+    if (quantize_nvfp4_columnwise_cuda(x, p, out, stream)) return;
   }
-  if (quantize_nvfp4_columnwise_cuda(x, p, out, stream)) return;
   const int64_t tiles_m = quant_ceil_div(x.M, kTile), tiles_k = quant_ceil_div(x.K, kTile);
   TE_CHECK(tiles_k <= 65535, "quantize: K = " << x.K << " exceeds the CUDA grid (at most " << 65535 * kTile << " columns)");
   const size_t smem = (kTile * kLd + 64 + 8 * kTile) * sizeof(float);
