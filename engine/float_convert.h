@@ -8,6 +8,10 @@
 
 #include "engine/hd.h"
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
+
 namespace te {
 
 TE_HD uint32_t f32_bits(float f) {
@@ -38,6 +42,19 @@ TE_HD uint16_t bf16_from_f32(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 TE_HD float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+// a and b rounded to bf16 (nearest even) and back, as bf16_to_f32(bf16_from_f32(.)): on the GPU one hardware
+// conversion for the pair. A NaN may come back with another payload there, so only for values whose NaN payload
+// nothing reads (the GPU's arithmetic canonicalises NaNs anyway).
+TE_HD void bf16_round_pair(float& a, float& b) {
+#if defined(__CUDA_ARCH__)
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  a = __low2float(h);
+  b = __high2float(h);
+#else
+  a = bf16_to_f32(bf16_from_f32(a));
+  b = bf16_to_f32(bf16_from_f32(b));
+#endif
+}
 
 // ---- f16: s1 e5 m10, subnormals, overflow to Inf -------------------------------------------------------
 TE_HD uint16_t f16_from_f32(float f) {
@@ -139,12 +156,23 @@ TE_HD uint8_t e5m2_from_f32(float f) { return minifloat_from_f32(f, kE5M2); }
 // itself goes to the neighbour with the even code (0.25 → 0, 0.75 → 1.0, 1.25 → 1.0, 1.75 → 2, 2.5 → 2, 3.5 → 4,
 // 5 → 4). The same codes as minifloat_from_f32(f, kE2M1), in a handful of compares (the NVFP4 kernels call it for
 // every element); NaN → 0x7 without its sign, as there.
+// On the GPU the same codes come from the binade's gap instead: t = |f| / gap is exact (gap 0.5 below 2, 1 in [2, 4),
+// 2 from 4, with |f| clamped to 6) and the code is t rounded to nearest even plus the binade's first code, since
+// the e2m1 codes are evenly spaced within each binade and an even t is an even code. Adding 2^23 + offset rounds t
+// in the f32 adder, so no conversion instruction is needed.
 TE_HD uint8_t e2m1_from_f32(float f) {
   const uint32_t u = f32_bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
+#if defined(__CUDA_ARCH__)
+  const float a = fminf(fabsf(f), 6.0f);
+  const float inv_gap = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  const float magic = a < 2.0f ? 8388608.0f : (a < 4.0f ? 8388610.0f : 8388612.0f);  // 2^23 + the first code
+  return static_cast<uint8_t>(((u >> 28) & 0x8u) | (__float_as_uint(__fmaf_rn(a, inv_gap, magic)) & 0x7u));
+#else
   const float a = f32_from_bits(u & 0x7FFFFFFFu);
   const uint32_t mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
   return static_cast<uint8_t>(((u >> 28) & 0x8u) | mag);
+#endif
 }
 TE_HD float e4m3_to_f32(uint8_t c) { return minifloat_to_f32(c, kE4M3); }
 TE_HD float e5m2_to_f32(uint8_t c) { return minifloat_to_f32(c, kE5M2); }

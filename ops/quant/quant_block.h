@@ -165,6 +165,7 @@ TE_HD float dequant_s_dec(const DequantArgs& a) {
 // Quantize side: the decoded scale of a block as a dequantization reads it back, and the image value of one code
 // under it, NVFP4 times `s_dec` (1 when the image leaves the per-tensor factor out).
 TE_HD float decoded_block_scale(const QuantParams& p, const BlockScale& bs) {
+  if (nvfp4_format(p.format)) return nvfp4_block_scale_value(bs.code);
   return byte_scales(p.format) ? scale_of_code(p.format, bs.code) : bs.scale_inv;
 }
 TE_HD float image_value(const QuantParams& p, uint8_t code, float block_scale, float s_dec) {

@@ -29,6 +29,35 @@ using namespace quant_fast;
 
 constexpr int kThreads = 256, kBlock = 16;
 
+// The bf16 images of one block's codes when no per-tensor factor enters them (ImageSpec::tensor_factor off, the
+// form a GEMM with the factor in alpha reads): code c's value times the block's decoded scale S has at most 6
+// significant bits (e2m1's 2 × E4M3's 4) and lies in [2^-10, 2688], so the f32 product's top half is its bf16 value
+// — image_value's bytes without its rounding (S is finite, so no NaN either). The 8 magnitudes' images sit in two
+// byte_perm tables, low bytes and high bytes, so a pair of codes becomes a bf16 pair in three byte permutes.
+struct ImageTable {
+  uint32_t lo[2], hi[2];  // byte c of lo (hi): the low (high) byte of the image of magnitude code c
+};
+__device__ __forceinline__ ImageTable exact_image_table(float S) {
+  auto pair = [&](float m0, float m1) {  // bf16(m0 S) | bf16(m1 S) << 16
+    return __byte_perm(__float_as_uint(m0 * S), __float_as_uint(m1 * S), 0x7632);
+  };
+  const uint32_t x01 = pair(0.0f, 0.5f), x23 = pair(1.0f, 1.5f), x45 = pair(2.0f, 3.0f), x67 = pair(4.0f, 6.0f);
+  return {{__byte_perm(x01, x23, 0x6420), __byte_perm(x45, x67, 0x6420)},
+          {__byte_perm(x01, x23, 0x7531), __byte_perm(x45, x67, 0x7531)}};
+}
+// The bf16 pair of images of the two codes in q's low byte (the first in bits 0-3): the magnitudes looked up, the
+// sign bits moved from bits 3 and 7 to 15 and 31.
+__device__ __forceinline__ uint32_t exact_image_pair(const ImageTable& t, uint32_t q) {
+  const uint32_t sel = q & 0x77u;  // selector nibbles 0, 1: the magnitudes (nibbles 2, 3 zero)
+  const uint32_t lo = __byte_perm(t.lo[0], t.lo[1], sel), hi = __byte_perm(t.hi[0], t.hi[1], sel);
+  const uint32_t sign = ((q & 0x88u) * 0x1001000u) & 0x80008000u;
+  return __byte_perm(lo, hi, 0x5140) | sign;
+}
+// Whether a copy's image takes the exact table (bf16 without the per-tensor factor).
+__device__ __forceinline__ bool exact_images(const QuantOutputs& out) {
+  return out.image.dtype == DType::bf16 && !out.image.tensor_factor;
+}
+
 // One 1x16 block of the row-wise copy, x[m, k .. k + 16) as v: its scale, its 16 codes (one 8-byte store) and its
 // image (two 16-byte stores when bf16). The block's first element index m * K + k is its SR counter (a multiple of
 // 16, so each half of the block draws one Philox block).
@@ -55,6 +84,16 @@ __device__ __forceinline__ void nvfp4_row_block(const QuantParams& p, const Quan
   *reinterpret_cast<uint2*>(out.row.data + data_offset(out.row.layout, m, k) / 2) = make_uint2(w[0], w[1]);
   if (!out.row_image) return;
   const float decoded = decoded_block_scale(p, bs);
+  uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
+  if (exact_images(out)) {
+    const ImageTable t = exact_image_table(decoded);
+    uint32_t h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = exact_image_pair(t, w[j / 4] >> (8 * (j % 4)));
+    dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    return;
+  }
   auto img = [&](int j) {
     return image_value(p, static_cast<uint8_t>((w[j / 8] >> (4 * (j % 8))) & 0xFu), decoded, s_dec_image);
   };
@@ -62,7 +101,6 @@ __device__ __forceinline__ void nvfp4_row_block(const QuantParams& p, const Quan
     uint32_t h[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) h[j] = bf16x2_bits(img(2 * j), img(2 * j + 1));
-    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
     dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
     dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
   } else {
@@ -208,6 +246,19 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
       b[f] = nvfp4_column_block(p, kIn, col, s_enc, y, cnt, k + f, mg);
     }
     if (!out.col_image) continue;
+    if (exact_images(out)) {  // each feature's images as token pairs, then swapped into feature pairs per token
+      const ImageTable t0 = exact_image_table(b[0].decoded), t1 = exact_image_table(b[1].decoded);
+#pragma unroll
+      for (int j = 0; j < 16; j += 2) {
+        if (j >= cnt) break;
+        const uint32_t a0 = exact_image_pair(t0, b[0].w[j / 8] >> (4 * (j % 8)));  // feature k, tokens j, j + 1
+        const uint32_t a1 = exact_image_pair(t1, b[1].w[j / 8] >> (4 * (j % 8)));  // feature k + 1
+        uint32_t* row = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out.col_image) + (mg + j) * x.K + k);
+        row[0] = __byte_perm(a0, a1, 0x5410);
+        if (j + 1 < cnt) row[x.K / 2] = __byte_perm(a0, a1, 0x7632);
+      }
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < 16; ++j) {  // the image in x's [M, K] order: columns k, k + 1 of token mg + j
       if (j >= cnt) break;

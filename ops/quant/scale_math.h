@@ -8,6 +8,11 @@
 #include "engine/hd.h"
 #include "engine/philox.h"
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
+
 namespace te {
 
 // scale multiplies HP values before the cast; scale_inv = 1/scale is stored for the GEMM.
@@ -54,15 +59,30 @@ TE_HD float nvfp4_global_encode_scale(float amax) {
   if (amax == 0.0f || s == 0.0f) s = 1.0f;
   return s;
 }
-// E4M3 code of a block's decode scale: e4m3(min(block_amax * (S_enc * fl(1/6)), FLT_MAX)).
+// E4M3 code of a block's decode scale: e4m3(min(block_amax * (S_enc * fl(1/6)), FLT_MAX)). The block amax is never
+// NaN (amax_fold skips NaNs), so v is finite and >= 0, and the GPU's saturating hardware cast gives the software
+// cast's code.
 TE_HD uint8_t nvfp4_block_scale_code(float block_amax, float s_enc) {
   float v = block_amax * (s_enc * (1.0f / 6.0f));
   if (v > FLT_MAX) v = FLT_MAX;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+#else
   return e4m3_from_f32(v);
+#endif
+}
+// The value of a code nvfp4_block_scale_code made (never the NaN code): exact in f16, so one hardware conversion on
+// the GPU.
+TE_HD float nvfp4_block_scale_value(uint8_t block_scale_code) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(block_scale_code, __NV_E4M3)));
+#else
+  return e4m3_to_f32(block_scale_code);
+#endif
 }
 // Factor multiplying x before the e2m1 cast: min(1 / (float(S_dec_b) * S_dec), FLT_MAX).
 TE_HD float nvfp4_encode_factor(uint8_t block_scale_code, float s_dec) {
-  float f = 1.0f / (e4m3_to_f32(block_scale_code) * s_dec);
+  float f = 1.0f / (nvfp4_block_scale_value(block_scale_code) * s_dec);
   return f > FLT_MAX ? FLT_MAX : f;
 }
 
@@ -74,6 +94,16 @@ TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
   const uint32_t bits = f32_bits(x);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
   const uint8_t sign = static_cast<uint8_t>((bits >> 28) & 0x8u);
+#if defined(__CUDA_ARCH__)
+  // The same steps without conversion instructions: |x| clamped to 6 (t = 3, fraction 0: code 7), floor(t) + the
+  // offset as the low bits of t + 2^23 + offset added rounding toward zero (t >= 0), floor(t) back by subtracting.
+  const float a = fminf(fabsf(x), 6.0f);
+  const float inv_gap = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  const float magic = a < 2.0f ? 8388608.0f : (a < 4.0f ? 8388610.0f : 8388612.0f);  // 2^23 + the offset
+  const float t = a * inv_gap, low = __fadd_rz(t, magic);
+  const uint32_t up = u < t - (low - magic) ? 1u : 0u;
+  return static_cast<uint8_t>(sign | ((__float_as_uint(low) & 0x7u) + up));
+#else
   const float a = fabsf(x);
   if (a >= 6.0f) return sign | 0x7;
   // Gap 0.5 below 2 (codes 0..4 are 0, 0.5, .., 2), 1 in [2, 4) (codes 4..6 are 2, 3, 4 = t + 2), 2 in [4, 6)
@@ -83,6 +113,7 @@ TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
   const float t = a * inv_gap, lo = floorf(t);
   const uint32_t up = u < t - lo ? 1u : 0u;
   return static_cast<uint8_t>(sign | (static_cast<uint32_t>(lo) + up + offset));
+#endif
 }
 // SR draws 16 random bits per element: one Philox block serves 8 consecutive elements of a copy (counter (i / 8,
 // 2 + copy), copy 0 row-wise and 1 column-wise; element i takes half i % 2 of word (i / 2) % 4). The uniform is the
@@ -130,7 +161,11 @@ TE_HD void rht16_forward(const float* v, float* y) {
     }
   }
   TE_UNROLL
-  for (int i = 0; i < 16; ++i) y[i] = bf16_to_f32(bf16_from_f32(w[i] * 0.25f));
+  for (int i = 0; i < 16; i += 2) {
+    y[i] = w[i] * 0.25f;
+    y[i + 1] = w[i + 1] * 0.25f;
+    bf16_round_pair(y[i], y[i + 1]);
+  }
 }
 // v = y * Rᵀ: v_i = s_i / 4 * sum_j H[i][j] y_j (f32, not rounded).
 TE_HD void rht16_inverse(const float* y, float* v) {
