@@ -9,6 +9,9 @@
 //                 adjacent features and two 16-token blocks of each, applies the Hadamard transform to each full
 //                 block, writes each block's 16 codes as one 8-byte store and the image as bf16 pairs. Asked for
 //                 both copies, the same kernel first writes the row-wise one from the parked tile (x read once).
+// These passes are bound by instructions, not bytes, so the per-element steps are kept short: stochastic rounding or
+// not is chosen per thread rather than per element, the e2m1 casts round in the f32 adder (float_convert.h,
+// scale_math.h), and a bf16 image without the per-tensor factor is looked up rather than multiplied and rounded.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -61,6 +64,7 @@ __device__ __forceinline__ bool exact_images(const QuantOutputs& out) {
 // One 1x16 block of the row-wise copy, x[m, k .. k + 16) as v: its scale, its 16 codes (one 8-byte store) and its
 // image (two 16-byte stores when bf16). The block's first element index m * K + k is its SR counter (a multiple of
 // 16, so each half of the block draws one Philox block).
+template <bool kSr>
 __device__ __forceinline__ void nvfp4_row_block(const QuantParams& p, const QuantOutputs& out, DType in, const float* v,
                                                 int64_t m, int64_t k, int64_t K, float s_enc, float s_dec_image) {
   float a = 0.f;
@@ -73,11 +77,11 @@ __device__ __forceinline__ void nvfp4_row_block(const QuantParams& p, const Quan
 #pragma unroll
   for (int j = 0; j < kBlock; j += 8) {
     Philox4 r{};
-    if (p.sr) r = sr_block(p.seed, index + j, 0u);
+    if constexpr (kSr) r = sr_block(p.seed, index + j, 0u);
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       const float y = v[j + t] * bs.factor;
-      const uint32_t q = p.sr ? e2m1_from_f32_sr(y, sr_uniform_of(r, t)) : e2m1_from_f32(y);
+      const uint32_t q = kSr ? e2m1_from_f32_sr(y, sr_uniform_of(r, t)) : e2m1_from_f32(y);
       w[j / 8] |= q << (4 * t);
     }
   }
@@ -134,7 +138,10 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rowwise_kernel(QuantInput x, Q
     }
     unpack8(w0, kIn, v);
     unpack8(w1, kIn, v + 8);
-    nvfp4_row_block(p, out, kIn, v, m, k, x.K, s_enc, s_dec_image);
+    if (p.sr)
+      nvfp4_row_block<true>(p, out, kIn, v, m, k, x.K, s_enc, s_dec_image);
+    else
+      nvfp4_row_block<false>(p, out, kIn, v, m, k, x.K, s_enc, s_dec_image);
   }
 }
 
@@ -149,36 +156,41 @@ __device__ __forceinline__ void park_tile(const QuantInput& x, int64_t m0, int64
 }
 
 // One feature's 16-token block of the column-wise copy: its (Hadamard-transformed) values y in, its scale stored,
-// its codes and decoded scale out.
+// its codes and decoded scale out. Tokens past x are zeros in the parked tile, so they need no test: their codes are
+// 0 (what the nibbles past the block's tokens hold) and only the stores look at cnt.
 struct ColumnBlock {
   uint32_t w[2];  // code j in nibble j (zero past the block's tokens)
   float decoded;
 };
+template <bool kSr>
 __device__ __forceinline__ ColumnBlock nvfp4_column_block(const QuantParams& p, DType in, const QuantCopyOut& col,
                                                           float s_enc, const float* y, int cnt, int64_t k, int64_t mg) {
   const CopyLayout& L = col.layout;
   float a = 0.f;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);  // the tokens past x are zeros
+  for (int j = 0; j < 16; ++j) a = amax_fold(a, y[j]);
   const BlockScale bs = block_scale(p, in, a, s_enc);
   store_block_scale(p, col.scale_inv, scale_offset(L, k, mg / kBlock), bs);
-  const int64_t index = k * L.C + mg;    // the SR counter of the block's first element
-  const bool octets = (index & 7) == 0;  // then 8 consecutive elements share one Philox block
+  const int64_t index = k * L.C + mg;  // the SR counter of the block's first element
   uint32_t w[2] = {0, 0};
-#pragma unroll
-  for (int j = 0; j < 16; j += 8) {
-    Philox4 rnd{};
-    if (p.sr && octets) rnd = sr_block(p.seed, index + j, 1u);
+  // Codes j .. j + 8 into w[j / 8], element t's uniform from uniform(t).
+  auto encode8 = [&](int j, auto uniform) {
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
-      if (j + t >= cnt) continue;
       const float yv = y[j + t] * bs.factor;
-      uint32_t code;
-      if (!p.sr)
-        code = e2m1_from_f32(yv);
-      else
-        code = e2m1_from_f32_sr(yv, octets ? sr_uniform_of(rnd, t) : sr_uniform(p.seed, index + j + t, 1u));
-      w[(j + t) / 8] |= code << (4 * ((j + t) % 8));
+      const uint32_t code = kSr ? e2m1_from_f32_sr(yv, uniform(t)) : e2m1_from_f32(yv);
+      w[j / 8] |= code << (4 * t);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < 16; j += 8) {
+    if (!kSr) {
+      encode8(j, [](int) { return 0.f; });
+    } else if ((index & 7) == 0) {  // 8 consecutive elements share one Philox block
+      const Philox4 rnd = sr_block(p.seed, index + j, 1u);
+      encode8(j, [&](int t) { return sr_uniform_of(rnd, t); });
+    } else {
+      encode8(j, [&](int t) { return sr_uniform(p.seed, index + j + t, 1u); });
     }
   }
   // Codes: nibble n = k * data_ld + mg (even), 16 of them in 8 bytes.
@@ -193,39 +205,41 @@ __device__ __forceinline__ ColumnBlock nvfp4_column_block(const QuantParams& p, 
   return {{w[0], w[1]}, decoded_block_scale(p, bs)};
 }
 
-// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x. A thread
-// takes two adjacent features and two 16-token blocks of each, and the image leaves as one bf16 pair per token, so a
-// warp's 64 features make each image store one contiguous 128-byte row segment of x's [M, K] order. One feature's
-// block is converted at a time (its codes kept), so a thread holds 16 values. With p.rowwise the kernel first writes
-// the row-wise copy of the tile (K a multiple of 16), so x is read once for both.
-template <bool kBf16>
-__global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
+// The row-wise copy of the parked tile at (m0, k0): 128 rows of 8 blocks, a warp's 8 lanes per row.
+template <bool kBf16, bool kSr>
+__device__ __forceinline__ void nvfp4_tile_rows(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
+                                                const uint16_t* s, int64_t m0, int64_t k0) {
   constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
-  __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  park_tile(x, m0, k0, s);
-  __syncthreads();
-  if (p.rowwise) {  // the row-wise copy from the same tile: 128 rows of 8 blocks, a warp's 8 lanes per row
-    const float s_enc_row = nvfp4_global_encode_scale(*out.row_amax);
-    const float s_dec_row = image_s_dec(out.image, s_enc_row);
+  const float s_enc = nvfp4_global_encode_scale(*out.row_amax);
+  const float s_dec_image = image_s_dec(out.image, s_enc);
 #pragma unroll 1
-    for (int u = threadIdx.x; u < kTile * (kTile / kBlock); u += kTileThreads) {
-      const int rr = u / (kTile / kBlock), cb = (u % (kTile / kBlock)) * kBlock;
-      const int64_t m = m0 + rr, k = k0 + cb;
-      if (m >= x.M || k >= x.K) continue;
-      float v[kBlock];
-      unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cb]), kIn, v);
-      unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cb + 8]), kIn, v + 8);
-      nvfp4_row_block(p, out, kIn, v, m, k, x.K, s_enc_row, s_dec_row);
-    }
+  for (int u = threadIdx.x; u < kTile * (kTile / kBlock); u += kTileThreads) {
+    const int rr = u / (kTile / kBlock), cb = (u % (kTile / kBlock)) * kBlock;
+    const int64_t m = m0 + rr, k = k0 + cb;
+    if (m >= x.M || k >= x.K) continue;
+    float v[kBlock];
+    unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cb]), kIn, v);
+    unpack8(*reinterpret_cast<const uint4*>(&s[rr * kTilePitch + cb + 8]), kIn, v + 8);
+    nvfp4_row_block<kSr>(p, out, kIn, v, m, k, x.K, s_enc, s_dec_image);
   }
+}
+
+// The column-wise copy of the parked tile at (m0, k0): a thread takes features k, k + 1 and two 16-token blocks of
+// each, and the image leaves as one bf16 pair per token, so a warp's 64 features make each image store one
+// contiguous 128-byte row segment of x's [M, K] order. One feature's block is converted at a time (its codes kept),
+// so a thread holds 16 values.
+template <bool kBf16, bool kSr>
+__device__ __forceinline__ void nvfp4_tile_columns(const QuantInput& x, const QuantParams& p, const QuantOutputs& out,
+                                                   const uint16_t* s, int64_t m0, int64_t k0) {
+  constexpr DType kIn = kBf16 ? DType::bf16 : DType::f16;
   const QuantCopyOut& col = out.col;
   const float s_enc = nvfp4_global_encode_scale(out.col_amax ? *out.col_amax : 0.f);
   const float s_dec_image = image_s_dec(out.image, s_enc);
   const int cc = 2 * (threadIdx.x % (kTile / 2));
   const int64_t k = k0 + cc;  // features k, k + 1 (K is a multiple of 8: both or neither)
-  if (k >= x.K) return;       // no barrier follows
+  if (k >= x.K) return;
   const bool bf16_image = out.image.dtype == DType::bf16;
+#pragma unroll 1
   for (int g = 0; g < 2; ++g) {
     const int r0 = (threadIdx.x / (kTile / 2)) * 32 + g * 16;  // first token of these blocks within the tile
     const int64_t mg = m0 + r0;
@@ -243,7 +257,7 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
 #pragma unroll
         for (int j = 0; j < 16; ++j) y[j] = v[j];
       }
-      b[f] = nvfp4_column_block(p, kIn, col, s_enc, y, cnt, k + f, mg);
+      b[f] = nvfp4_column_block<kSr>(p, kIn, col, s_enc, y, cnt, k + f, mg);
     }
     if (!out.col_image) continue;
     if (exact_images(out)) {  // each feature's images as token pairs, then swapped into feature pairs per token
@@ -275,6 +289,27 @@ __global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInp
       }
     }
   }
+}
+
+// The column-wise copy (A = xᵀ: row r = feature k, column c = token m) of one 128x128 tile of 16-bit x. With
+// p.rowwise the kernel first writes the row-wise copy of the tile (K a multiple of 16), so x is read once for both.
+// Stochastic rounding or not is decided once per thread, so each path's loops run without per-element branches.
+template <bool kBf16>
+__global__ void __launch_bounds__(kTileThreads) nvfp4_columnwise_kernel(QuantInput x, QuantParams p, QuantOutputs out) {
+  __shared__ __align__(16) uint16_t s[kTile * kTilePitch];
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile, k0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  park_tile(x, m0, k0, s);
+  __syncthreads();
+  if (p.rowwise) {
+    if (p.sr)
+      nvfp4_tile_rows<kBf16, true>(x, p, out, s, m0, k0);
+    else
+      nvfp4_tile_rows<kBf16, false>(x, p, out, s, m0, k0);
+  }
+  if (p.sr)
+    nvfp4_tile_columns<kBf16, true>(x, p, out, s, m0, k0);
+  else
+    nvfp4_tile_columns<kBf16, false>(x, p, out, s, m0, k0);
 }
 
 // amax[0] = max(amax[0], max|x|) and col_amax[0] = max(col_amax[0], max|RHT(xᵀ)|) over full 16-token groups (raw
