@@ -90,6 +90,62 @@ TEST(QuantGpuMisc, DelayedScalingOnDevice) {
   }
 }
 
+// The e2m1 casts at their decision points: every midpoint between two e2m1 magnitudes, the bf16 values either side
+// of it and the magnitudes themselves, in blocks whose factor is exactly 1 (the tensor amax 2688 = 448 · 6 makes
+// S_enc 1, and a ±6 in every row block and every 16-token column block makes each block scale 1). The GPU's casts
+// round in the f32 adder where the CPU counts midpoints, so the two must agree here above all.
+constexpr int64_t kProbeM = 256, kProbeK = 256;
+Tensor e2m1_probe_input() {
+  std::vector<float> probes;
+  for (float m : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f}) {
+    const uint32_t b = f32_bits(m);
+    for (float v : {m, f32_from_bits(b - 0x10000u), f32_from_bits(b + 0x10000u)}) {  // bf16 neighbours
+      probes.push_back(v);
+      probes.push_back(-v);
+    }
+  }
+  for (float g : {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 7.0f}) {
+    probes.push_back(g);
+    probes.push_back(-g);
+  }
+  std::vector<float> v(static_cast<size_t>(kProbeM * kProbeK));
+  size_t next = 0;
+  for (int64_t m = 0; m < kProbeM; ++m)
+    for (int64_t k = 0; k < kProbeK; ++k)
+      v[static_cast<size_t>(m * kProbeK + k)] =
+          (m % 16 == 0 || k % 16 == 0) ? ((m + k) % 2 ? -6.0f : 6.0f) : probes[next++ % probes.size()];
+  v[0] = 2688.0f;
+  return Tensor::from_f32(v, {kProbeM, kProbeK}, DType::bf16);
+}
+
+TEST(QuantGpuMisc, E2m1ProbeInputHitsTheMidpoints) {  // the input above does what it says (CPU)
+  Quantizer q(qtest::cfg_of(QuantFormat::nvfp4_1d));
+  const std::vector<uint8_t> d = qtest::bytes(q.quantize(e2m1_probe_input(), Usage::rowwise).rowwise_data);
+  // Row 1, k = 1..15: ±0.25, ±(0.25 - ulp), ±(0.25 + ulp), ±0.75, ±(0.75 - ulp), ±(0.75 + ulp), ±1.25, 1.25 - ulp.
+  const uint8_t want[15] = {0, 8, 0, 8, 1, 9, 2, 10, 1, 9, 2, 10, 2, 10, 2};
+  for (int64_t k = 1; k < 16; ++k) {
+    const uint8_t byte = d[static_cast<size_t>((kProbeK + k) / 2)];
+    EXPECT_EQ(k % 2 ? byte >> 4 : byte & 0xF, want[k - 1]) << "k = " << k;
+  }
+}
+
+TEST(QuantGpuMisc, Nvfp4CastsAtTheirDecisionPointsMatchCpu) {
+  TE_REQUIRE_GPU();
+  const Tensor x = e2m1_probe_input();
+  for (bool sr : {false, true}) {
+    QuantizerConfig c = qtest::cfg_of(QuantFormat::nvfp4_1d);
+    c.stochastic_rounding = sr;
+    c.seed = 77;
+    Quantizer qc(c), qg(c);
+    const ImageSpec spec{DType::bf16, false};
+    const QuantizedTensor cpu = qc.quantize(x, Usage::both, Stream(), {}, spec);
+    const QuantizedTensor gpu = qg.quantize(x.to(Device::cuda()), Usage::both, Stream(), {}, spec);
+    expect_same(cpu, gpu, sr ? "stochastic" : "nearest");
+    EXPECT_EQ(qtest::bytes(gpu.rowwise_image), qtest::bytes(cpu.rowwise_image)) << sr;
+    EXPECT_EQ(qtest::bytes(gpu.columnwise_image), qtest::bytes(cpu.columnwise_image)) << sr;
+  }
+}
+
 TEST(QuantGpuMisc, EmptyTensor) {
   TE_REQUIRE_GPU();
   for (const auto& fc : qtest::format_cases()) {
