@@ -152,6 +152,16 @@ TE_HD uint8_t minifloat_from_f32(float f, MiniFloat fmt) {
 
 TE_HD uint8_t e4m3_from_f32(float f) { return minifloat_from_f32(f, kE4M3); }
 TE_HD uint8_t e5m2_from_f32(float f) { return minifloat_from_f32(f, kE5M2); }
+#if defined(__CUDA_ARCH__)
+// |f| clamped to 6 and its e2m1 binade: 1 / gap, and 2^23 + the binade's first code (what t = a / gap is added to).
+struct E2m1Binade {
+  float a, inv_gap, magic;
+};
+__device__ inline E2m1Binade e2m1_binade(float f) {
+  const float a = fminf(fabsf(f), 6.0f);
+  return {a, a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f), a < 2.0f ? 8388608.0f : (a < 4.0f ? 8388610.0f : 8388612.0f)};
+}
+#endif
 // E2M1 has seven magnitudes above zero, so round-to-nearest-even is a count of the midpoints |f| passes; a midpoint
 // itself goes to the neighbour with the even code (0.25 → 0, 0.75 → 1.0, 1.25 → 1.0, 1.75 → 2, 2.5 → 2, 3.5 → 4,
 // 5 → 4). The same codes as minifloat_from_f32(f, kE2M1), in a handful of compares (the NVFP4 kernels call it for
@@ -164,10 +174,8 @@ TE_HD uint8_t e2m1_from_f32(float f) {
   const uint32_t u = f32_bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7;
 #if defined(__CUDA_ARCH__)
-  const float a = fminf(fabsf(f), 6.0f);
-  const float inv_gap = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
-  const float magic = a < 2.0f ? 8388608.0f : (a < 4.0f ? 8388610.0f : 8388612.0f);  // 2^23 + the first code
-  return static_cast<uint8_t>(((u >> 28) & 0x8u) | (__float_as_uint(__fmaf_rn(a, inv_gap, magic)) & 0x7u));
+  const E2m1Binade b = e2m1_binade(f);
+  return static_cast<uint8_t>(((u >> 28) & 0x8u) | (__float_as_uint(__fmaf_rn(b.a, b.inv_gap, b.magic)) & 0x7u));
 #else
   const float a = f32_from_bits(u & 0x7FFFFFFFu);
   const uint32_t mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);

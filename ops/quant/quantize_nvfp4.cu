@@ -88,23 +88,20 @@ __device__ __forceinline__ void nvfp4_row_block(const QuantParams& p, const Quan
   *reinterpret_cast<uint2*>(out.row.data + data_offset(out.row.layout, m, k) / 2) = make_uint2(w[0], w[1]);
   if (!out.row_image) return;
   const float decoded = decoded_block_scale(p, bs);
-  uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
-  if (exact_images(out)) {
-    const ImageTable t = exact_image_table(decoded);
-    uint32_t h[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = exact_image_pair(t, w[j / 4] >> (8 * (j % 4)));
-    dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
-    return;
-  }
   auto img = [&](int j) {
     return image_value(p, static_cast<uint8_t>((w[j / 8] >> (4 * (j % 8))) & 0xFu), decoded, s_dec_image);
   };
   if (out.image.dtype == DType::bf16) {
-    uint32_t h[8];
+    uint32_t h[8];  // codes 2j, 2j + 1 as a bf16 pair
+    if (exact_images(out)) {
+      const ImageTable t = exact_image_table(decoded);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = bf16x2_bits(img(2 * j), img(2 * j + 1));
+      for (int j = 0; j < 8; ++j) h[j] = exact_image_pair(t, w[j / 4] >> (8 * (j % 4)));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) h[j] = bf16x2_bits(img(2 * j), img(2 * j + 1));
+    }
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(out.row_image) + index);
     dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
     dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
   } else {

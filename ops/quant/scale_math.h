@@ -97,11 +97,9 @@ TE_HD uint8_t e2m1_from_f32_sr(float x, float u) {
 #if defined(__CUDA_ARCH__)
   // The same steps without conversion instructions: |x| clamped to 6 (t = 3, fraction 0: code 7), floor(t) + the
   // offset as the low bits of t + 2^23 + offset added rounding toward zero (t >= 0), floor(t) back by subtracting.
-  const float a = fminf(fabsf(x), 6.0f);
-  const float inv_gap = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
-  const float magic = a < 2.0f ? 8388608.0f : (a < 4.0f ? 8388610.0f : 8388612.0f);  // 2^23 + the offset
-  const float t = a * inv_gap, low = __fadd_rz(t, magic);
-  const uint32_t up = u < t - (low - magic) ? 1u : 0u;
+  const E2m1Binade b = e2m1_binade(x);
+  const float t = b.a * b.inv_gap, low = __fadd_rz(t, b.magic);
+  const uint32_t up = u < t - (low - b.magic) ? 1u : 0u;
   return static_cast<uint8_t>(sign | ((__float_as_uint(low) & 0x7u) + up));
 #else
   const float a = fabsf(x);
