@@ -20,6 +20,8 @@
 //   fp8 with at most kStreamingRows output rows (per-tensor, or 1x128 × 1x128/128x128 blocks): a weight-streaming
 //     tensor-core kernel (gemm_streaming.h); same scales, split accumulation per 128-block. Chosen automatically
 //     where it runs; GemmKernel::cublaslt keeps cuBLASLt.
+//   fp8 block, E4M3 1x128 × 128x128 / 1x128, with GemmOptions::kernel = wgmma: the warpgroup kernel
+//     (gemm_wgmma.h), cuBLASLt's results byte for byte; opt-in (slower than cuBLASLt so far).
 //   MXFP8 / NVFP4 (and any mix of formats): exact dequantization of the needed copies to bf16, then a bf16 GEMM;
 //     the NVFP4 per-tensor factors go into alpha so the dequantized values stay exact in bf16. Logged once.
 // CPU (any format): every operand is dequantized to f32 from the copy the role needs, then an f32 GEMM; so the CPU
@@ -47,9 +49,10 @@ enum class GemmRole : uint8_t { fprop, dgrad, wgrad };
 
 // Which CUDA kernel runs an fp8 GEMM. automatic: the weight-streaming kernel (gemm_streaming.h) for at most
 // kStreamingRows output rows when it can run the problem (past 16 rows cuBLASLt was faster on an H100), else
-// cuBLASLt. cublaslt: always cuBLASLt. streaming: the weight-streaming kernel (up to 64 rows), and a problem it
-// cannot run throws with the reason. CPU GEMMs ignore the choice.
-enum class GemmKernel : uint8_t { automatic, cublaslt, streaming };
+// cuBLASLt. cublaslt: always cuBLASLt. streaming: the weight-streaming kernel (up to 64 rows); wgmma: the
+// block-scaled warpgroup kernel (gemm_wgmma.h); a problem the named kernel cannot run throws with the reason. CPU
+// GEMMs ignore the choice.
+enum class GemmKernel : uint8_t { automatic, cublaslt, streaming, wgmma };
 inline constexpr int64_t kStreamingRows = 16;
 std::string_view gemm_role_name(GemmRole r);  // "fprop" | "dgrad" | "wgrad"
 
@@ -105,6 +108,7 @@ class GemmContext {
     int64_t operands_dequantized = 0;  // quantized operands a call dequantized (CPU, emulation)
     int64_t images_read = 0;           // quantized operands a call read from their carried image instead
     int64_t streaming_calls = 0;   // fp8 GEMMs with few rows run by the weight-streaming kernel
+    int64_t wgmma_calls = 0;       // block-scaled fp8 GEMMs run by the warpgroup kernel
   };
   struct Impl;
 

@@ -16,6 +16,7 @@
 #include "ops/gemm/gemm_internal.h"
 #include "ops/gemm/gemm_kernels.h"
 #include "ops/gemm/gemm_streaming.h"
+#include "ops/gemm/gemm_wgmma.h"
 
 namespace te {
 
@@ -91,6 +92,7 @@ struct GemmContext::Impl {
   Tensor workspace;  // [workspace_bytes] u8, persistent (also the streaming kernel's split-K partials)
   Tensor streaming_counters;  // [4096] i32, zero between launches (gemm_streaming.h)
   int sm_count = 0;
+  int sm_major = 0;  // compute capability (the warpgroup kernel is built for sm_90a only)
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;
   ~Impl() {
     plans.clear();
@@ -112,6 +114,7 @@ GemmContext::Impl& GemmContext::impl() {
     impl->streaming_counters = Tensor::zeros({4096}, DType::i32, device_);
     Stream().synchronize();  // the counters are zero before any stream of this context uses them
     TE_CUDA_CHECK(cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device_.index));
+    TE_CUDA_CHECK(cudaDeviceGetAttribute(&impl->sm_major, cudaDevAttrComputeCapabilityMajor, device_.index));
     impl_ = std::move(impl);
   }
   return *impl_;
@@ -399,10 +402,10 @@ int32_t scale_mode(QuantFormat f) {
   TE_THROW("GEMM: " << quant_format_name(f) << " has no cuBLASLt scale mode on Hopper", "");
 }
 
-cuda::StreamingScale streaming_scale(QuantFormat f) {
-  return f == QuantFormat::fp8_block_1d   ? cuda::StreamingScale::vec128
-         : f == QuantFormat::fp8_block_2d ? cuda::StreamingScale::blk128
-                                          : cuda::StreamingScale::per_tensor;
+cuda::Fp8ScaleLayout scale_layout(QuantFormat f) {
+  return f == QuantFormat::fp8_block_1d   ? cuda::Fp8ScaleLayout::vec128
+         : f == QuantFormat::fp8_block_2d ? cuda::Fp8ScaleLayout::blk128
+                                          : cuda::Fp8ScaleLayout::per_tensor;
 }
 
 // The weight-streaming kernel for few output rows (gemm_streaming.h): when forced, or automatically where it can
@@ -417,7 +420,7 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
   g.lhs = lhs.data.data_ptr(), g.rhs = rhs.data.data_ptr();
   g.lhs_dtype = lhs.data.dtype(), g.rhs_dtype = rhs.data.dtype();
   g.lhs_scale = lhs.scale.data<float>(), g.rhs_scale = rhs.scale.data<float>();
-  g.lhs_kind = streaming_scale(lhs.format), g.rhs_kind = streaming_scale(rhs.format);
+  g.lhs_kind = scale_layout(lhs.format), g.rhs_kind = scale_layout(rhs.format);
   g.lhs_scale_ld = lhs.scale_ld, g.rhs_scale_ld = rhs.scale_ld;
   g.P = P, g.Q = Q, g.D = D;
   g.out_dtype = out.dtype();
@@ -448,6 +451,42 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
   return true;
 }
 
+// The block-scaled warpgroup kernel (gemm_wgmma.h) when asked for; false: cuBLASLt runs it.
+bool run_wgmma(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
+               const GemmOptions& opts, const Stream& stream) {
+  if (opts.kernel != GemmKernel::wgmma) return false;
+  const int64_t P = lhs.data.size(0), Q = rhs.data.size(0), D = lhs.data.size(1);
+  const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
+  cuda::WgmmaGemm g;
+  g.lhs = lhs.data.data_ptr(), g.rhs = rhs.data.data_ptr();
+  g.lhs_dtype = lhs.data.dtype(), g.rhs_dtype = rhs.data.dtype();
+  g.lhs_scale = lhs.scale.data<float>(), g.rhs_scale = rhs.scale.data<float>();
+  g.lhs_kind = scale_layout(lhs.format), g.rhs_kind = scale_layout(rhs.format);
+  g.lhs_scale_ld = lhs.scale_ld, g.rhs_scale_ld = rhs.scale_ld;
+  g.P = P, g.Q = Q, g.D = D;
+  g.out_dtype = out.dtype();
+  const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
+                    : !out.is_contiguous()               ? "the output is not contiguous"
+                    : ctx.impl().sm_major != 9           ? "the GPU is not a Hopper (sm_90)"
+                                                         : cuda::wgmma_gemm_unsupported(g);
+  TE_CHECK_HINT(!*why,
+                "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
+                        << "]: the warpgroup kernel cannot run it: " << why,
+                "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
+  Tensor bias;
+  if (opts.bias.defined()) {
+    bias = opts.bias.contiguous(stream);
+    g.bias = bias.data_ptr(), g.bias_dtype = bias.dtype();
+  }
+  g.out = out.data_ptr();
+  g.alpha = opts.alpha;
+  g.accumulate = opts.accumulate;
+  g.sm_count = ctx.impl().sm_count;
+  cuda::wgmma_gemm(g, stream);
+  ctx.mutable_stats().wgmma_calls++;
+  return true;
+}
+
 void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out,
              const GemmOptions& opts, const Stream& stream) {
   const RoleUsages u = role_usages(role);
@@ -462,6 +501,7 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
                         << b.str() << ")",
                 "quantize one operand (the weight or activation) as E4M3");
   if (run_streaming(ctx, lhs, rhs, role, out, opts, stream)) return;
+  if (run_wgmma(ctx, lhs, rhs, role, out, opts, stream)) return;
   // Hopper fp8 rules: K a multiple of 16 bytes, m and n multiples of 8.
   const int64_t Pp = round_up(P, 8), Qp = round_up(Q, 8), Dp = round_up(std::max<int64_t>(D, 16), 16);
   const bool padded_l = pad_operand(lhs, Pp, Dp, stream);
@@ -583,10 +623,13 @@ void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor
     const QuantFormat fa = a.quantized().format, fb = b.quantized().format;
     return (fa == QuantFormat::fp8_per_tensor && fb == QuantFormat::fp8_per_tensor) || (is_block(fa) && is_block(fb));
   }();
-  TE_CHECK_HINT(fp8 || opts.kernel != GemmKernel::streaming,
-                "GEMM " << gemm_role_name(role) << ": the weight-streaming kernel runs fp8 per-tensor or block-scaled "
-                        << "operands only, not " << a.str() << " × " << b.str(),
-                "leave GemmOptions::kernel automatic");
+  TE_CHECK_HINT(
+      fp8 || (opts.kernel != GemmKernel::streaming && opts.kernel != GemmKernel::wgmma),
+      "GEMM " << gemm_role_name(role) << ": the "
+              << (opts.kernel == GemmKernel::wgmma ? "warpgroup kernel runs fp8 block-scaled"
+                                                   : "weight-streaming kernel runs fp8 per-tensor or block-scaled")
+              << " operands only, not " << a.str() << " × " << b.str(),
+      "leave GemmOptions::kernel automatic");
   if (fp8) {
     run_fp8(ctx, a, b, role, out, opts, stream);
   } else if (!a.is_quantized() && !b.is_quantized()) {

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           float* slot = scale_slots + (s * R::KPS + u) * R::kScaleFloats;
           for (int i = lane; i < NT * 8; i += 32)
             copy4_async(slot + i, g.lhs_scale + (i < g.P ? (kb + u) * g.lhs_scale_ld + i : 0), i < g.P);
-          if (g.rhs_kind == StreamingScale::blk128) {
+          if (g.rhs_kind == Fp8ScaleLayout::blk128) {
             if (lane == 0) copy4_async(slot + NT * 8, g.rhs_scale + tile * g.rhs_scale_ld + kb + u, true);
           } else {
             for (int i = lane; i < kTileRows; i += 32) {
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int sw = lane & 7, g8 = lane >> 2, t = lane & 3;
     const int a_row = warp * 16 + sw + ((lane >> 3) & 1) * 8, a_hi = lane >> 4;  // rows 0-7/8-15 × chunk 2s/2s+1
     const int b_row = ((lane >> 4) << 3) + sw, b_hi = (lane >> 3) & 1;           // tile pair's rows × chunk
-    const bool w_blk128 = g.rhs_kind == StreamingScale::blk128;
+    const bool w_blk128 = g.rhs_kind == Fp8ScaleLayout::blk128;
     int s = 0;
     uint32_t phase = 0;
     for (int64_t kb = kb0; kb < kb1; kb += R::KPS) {
@@ -262,7 +262,7 @@ void launch_rows(const StreamingGemm& g, Types types, cudaStream_t s) {
   if (tiles > g.counters_len) splits = 1;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
   const int sp = static_cast<int>(splits);
-  const bool block_scaled = g.lhs_kind != StreamingScale::per_tensor;
+  const bool block_scaled = g.lhs_kind != Fp8ScaleLayout::per_tensor;
   switch (types) {
     case Types::e4m3_e4m3:
       block_scaled ? launch<NT, true, Types::e4m3_e4m3>(g, grid, sp, s)
@@ -288,8 +288,8 @@ const char* streaming_gemm_unsupported(const StreamingGemm& g) {
   if (g.D % StreamingGemm::kBlockK != 0) return "the reduced dimension is not a multiple of 128";
   if (!is_fp8(g.lhs_dtype) || !is_fp8(g.rhs_dtype)) return "operands are not fp8";
   if (g.lhs_dtype == DType::fp8_e5m2 && g.rhs_dtype == DType::fp8_e5m2) return "E5M2 × E5M2";
-  if (g.lhs_kind == StreamingScale::blk128) return "the small operand has 128x128 scales";
-  if ((g.lhs_kind == StreamingScale::per_tensor) != (g.rhs_kind == StreamingScale::per_tensor))
+  if (g.lhs_kind == Fp8ScaleLayout::blk128) return "the small operand has 128x128 scales";
+  if ((g.lhs_kind == Fp8ScaleLayout::per_tensor) != (g.rhs_kind == Fp8ScaleLayout::per_tensor))
     return "per-tensor and block scales mixed";
   if (reinterpret_cast<uintptr_t>(g.lhs) % 16 || reinterpret_cast<uintptr_t>(g.rhs) % 16)
     return "operands not 16-byte aligned";

@@ -16,14 +16,9 @@
 
 #include "engine/dtype.h"
 #include "engine/stream.h"
+#include "ops/gemm/fp8_scale_layout.h"
 
 namespace te::cuda {
-
-enum class StreamingScale : uint8_t {
-  per_tensor,  // scale[0]
-  vec128,      // 1x128 blocks along D: scale[kb * ld + row]
-  blk128,      // 128x128 tiles: scale[(row / 128) * ld + kb]
-};
 
 struct StreamingGemm {
   static constexpr int64_t kMaxRows = 64;  // P limit (four m16 tiles)
@@ -34,7 +29,7 @@ struct StreamingGemm {
   DType lhs_dtype = DType::fp8_e4m3, rhs_dtype = DType::fp8_e4m3;
   const float* lhs_scale = nullptr;
   const float* rhs_scale = nullptr;
-  StreamingScale lhs_kind = StreamingScale::per_tensor, rhs_kind = StreamingScale::per_tensor;
+  Fp8ScaleLayout lhs_kind = Fp8ScaleLayout::per_tensor, rhs_kind = Fp8ScaleLayout::per_tensor;
   int64_t lhs_scale_ld = 0, rhs_scale_ld = 0;
   int64_t P = 0, Q = 0, D = 0;
   void* out = nullptr;  // [P, Q] contiguous, out_dtype f32 | bf16 | f16

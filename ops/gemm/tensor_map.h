@@ -13,4 +13,8 @@ namespace te::cuda {
 // and columns past the matrix read as zeros.
 CUtensorMap swizzled_byte_map(const void* base, uint64_t rows, uint64_t row_bytes, uint32_t box_rows);
 
+// A row-major bf16 matrix [rows, cols] (16-byte aligned base, cols a multiple of 8) in boxes of [box_rows, 64
+// columns] (128 bytes) with the 128-byte swizzle, for TMA stores; parts of a box past the matrix are not written.
+CUtensorMap swizzled_bf16_map(void* base, uint64_t rows, uint64_t cols, uint32_t box_rows);
+
 }  // namespace te::cuda

@@ -36,6 +36,15 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   return policy;
 }
 
+// An L2 policy for data several CTAs read at about the same time (a GEMM tile's operands): the default priority.
+__device__ __forceinline__ uint64_t evict_normal_policy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
 // An L2 policy for data every CTA reads again (the small operand): evicted last.
 __device__ __forceinline__ uint64_t evict_last_policy() {
   uint64_t policy = 0;
@@ -57,6 +66,41 @@ __device__ __forceinline__ void load_2d(void* dst, const CUtensorMap* map, int x
       : "memory");
 #else
   __trap();
+#endif
+}
+
+// Stores the box at (column x, row y) of `map` from `src` (shared, 1024-byte aligned for the 128-byte swizzle). Before
+// it, every thread that wrote `src` runs async_fence() and the writers synchronise; the stores of a thread form a
+// group with store_commit(), and store_wait_read() returns once they have read their shared memory.
+__device__ __forceinline__ void store_2d(const CUtensorMap* map, int x, int y, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y), "r"(bulk::smem_addr(src))
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void async_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void store_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void store_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+// Returns once this thread's stores have completed (their writes are done), e.g. before the kernel ends.
+__device__ __forceinline__ void store_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
 }
 

@@ -212,8 +212,9 @@ int run_gemm_bench(const GemmBenchArgs& g) {
   GemmContext ctx(dev);
   GemmOptions opts;
   opts.out_dtype = DType::bf16;
-  opts.kernel = g.kernel == "streaming" ? GemmKernel::streaming
+  opts.kernel = g.kernel == "streaming"  ? GemmKernel::streaming
                 : g.kernel == "cublaslt" ? GemmKernel::cublaslt
+                : g.kernel == "wgmma"    ? GemmKernel::wgmma
                                          : GemmKernel::automatic;
   Tensor out = Tensor::empty(gemm_out_shape(a, b, role), DType::bf16, dev, stream);
   gemm(a, b, role, out, opts, ctx, stream);
@@ -275,7 +276,10 @@ int run_gemm_bench(const GemmBenchArgs& g) {
                        {"passed", rel <= tol}};
   rep["ours_ms"] = ours.median_ms;
   rep["ours_tflops"] = flops / (ours.median_ms * 1e-3) / 1e12;
-  rep["kernel"] = ctx.stats().streaming_calls > 0 ? "streaming" : dev.is_cuda() ? "cublaslt" : "row_gemm";
+  rep["kernel"] = ctx.stats().streaming_calls > 0 ? "streaming"
+                  : ctx.stats().wgmma_calls > 0   ? "wgmma"
+                  : dev.is_cuda()                 ? "cublaslt"
+                                                  : "row_gemm";
   // Few tokens: the GEMM is bound by reading b once (the weight, fprop/dgrad).
   const double b_bytes = b.is_quantized() ? double(b.rows()) * double(b.cols()) : double(b_hp.nbytes());
   rep["b_read_tb_per_s"] = b_bytes / (ours.median_ms * 1e-3) / 1e12;
@@ -320,8 +324,8 @@ Command add_bench_gemm(CLI::App& app) {
   sub->add_option("--device", args->device, "auto | cuda | cuda:N | cpu");
   sub->add_option("--kernel", args->kernel,
                   "fp8 CUDA kernel: auto (streaming for <= 16 rows where it runs, else cuBLASLt) | cublaslt | "
-                  "streaming (<= 64 rows)")
-      ->check(CLI::IsMember({"auto", "cublaslt", "streaming"}));
+                  "streaming (<= 64 rows) | wgmma (block-scaled, the warpgroup kernel)")
+      ->check(CLI::IsMember({"auto", "cublaslt", "streaming", "wgmma"}));
   sub->add_option("--warmup", args->warmup, "untimed runs")->check(CLI::NonNegativeNumber);
   sub->add_option("--repeats", args->repeats, "timed runs (median reported)")->check(CLI::PositiveNumber);
   sub->add_option("--samples", args->samples, "output elements checked against float64")->check(CLI::PositiveNumber);

@@ -1,0 +1,47 @@
+// Block-scaled fp8 GEMM on Hopper's warpgroup tensor-core instructions (CUDA builds, sm_90a): out [P, Q] =
+// alpha · lhs [P, D] · rhs [Q, D]ᵀ with lhs in 1x128 blocks (activations, gradients) and rhs in 128x128 tiles
+// (weights: fprop, dgrad) or 1x128 blocks (wgrad), E4M3 × E4M3, [+ bias] [+ out]. Its results are cuBLASLt's
+// block-scaled results byte for byte (the same products, promoted per K block in the same order; tested).
+//
+// A persistent CTA per SM walks 128 × 128 output tiles, in clusters of CTAs that share operand blocks through TMA
+// multicast. One producer warp fills a ring of shared-memory stages with TMA (a 128-row K block of each operand and
+// their scales); two consumer warpgroups each multiply 64 of the tile's rows with wgmma (fp8 in, f32 accumulators)
+// and, after each 128-wide K block, add that block's product times its two scales into a third set of f32
+// registers ("split accumulation", as cuBLASLt and the numeric contract do it) while the next block multiplies
+// into the second set. The producer runs ahead into the next tile while the consumers write the previous one out
+// (bf16 tiles through shared memory and a TMA store).
+#pragma once
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "engine/stream.h"
+#include "ops/gemm/fp8_scale_layout.h"
+
+namespace te::cuda {
+
+struct WgmmaGemm {
+  static constexpr int64_t kBlockK = 128;  // D must be a multiple
+
+  const void* lhs = nullptr;  // [P, D] fp8, row stride D, 16-byte aligned
+  const void* rhs = nullptr;  // [Q, D] fp8, row stride D, 16-byte aligned
+  DType lhs_dtype = DType::fp8_e4m3, rhs_dtype = DType::fp8_e4m3;
+  const float* lhs_scale = nullptr;  // vec128
+  const float* rhs_scale = nullptr;  // blk128 or vec128
+  Fp8ScaleLayout lhs_kind = Fp8ScaleLayout::vec128, rhs_kind = Fp8ScaleLayout::blk128;
+  int64_t lhs_scale_ld = 0, rhs_scale_ld = 0;
+  int64_t P = 0, Q = 0, D = 0;
+  void* out = nullptr;  // [P, Q] contiguous, out_dtype f32 | bf16 | f16
+  DType out_dtype = DType::bf16;
+  const void* bias = nullptr;  // [Q] contiguous or null
+  DType bias_dtype = DType::bf16;
+  float alpha = 1.f;
+  bool accumulate = false;
+  int sm_count = 132;
+};
+
+// Why the kernel cannot run this problem (empty when it can).
+const char* wgmma_gemm_unsupported(const WgmmaGemm& g);
+// Enqueues the GEMM on `stream`; call only when wgmma_gemm_unsupported() is empty.
+void wgmma_gemm(const WgmmaGemm& g, const Stream& stream);
+
+}  // namespace te::cuda

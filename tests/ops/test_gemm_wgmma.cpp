@@ -1,0 +1,182 @@
+// The block-scaled warpgroup fp8 GEMM (ops/gemm/gemm_wgmma.h) against a float64 GEMM of the dequantized copies and
+// against cuBLASLt on the same bytes: 1x128 × 128x128 and 1x128 × 1x128 scales, row and column tails inside a
+// 128 × 128 tile and inside a cluster, more tiles than SMs (the persistent loop), every role, the epilogue, and the
+// refusals. GPU only (skips without one or on a GPU that is not a Hopper).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/gpu.h"
+#include "engine/device.h"
+#include "engine/error.h"
+#include "ops/gemm/gemm.h"
+#include "ops/ops_test_util.h"
+#include "ops/quant/quantizer.h"
+
+namespace te {
+namespace {
+
+using test::Layout;
+
+#define TE_REQUIRE_HOPPER()                                                                                \
+  do {                                                                                                     \
+    TE_REQUIRE_GPU();                                                                                      \
+    set_current_device(Device::cuda(0));                                                                   \
+    if (current_cc_major() != 9) GTEST_SKIP() << "the warpgroup kernel is built for sm_90a (Hopper) only"; \
+  } while (0)
+
+struct Formats {
+  const char* name;
+  QuantFormat fx, fw;
+  DType dx, dw;
+};
+const Formats kFormats[] = {
+    {"blk_1d_2d", QuantFormat::fp8_block_1d, QuantFormat::fp8_block_2d, DType::fp8_e4m3, DType::fp8_e4m3},
+    {"blk_1d_1d", QuantFormat::fp8_block_1d, QuantFormat::fp8_block_1d, DType::fp8_e4m3, DType::fp8_e4m3},
+};
+
+struct Problem {
+  int64_t P, Q, D;  // out [P, Q] = x [P, D] · W [Q, D]ᵀ
+};
+
+QuantizedTensor quantize_on(const Tensor& t, QuantFormat f, DType dt, Device dev, Usage u = Usage::rowwise) {
+  QuantizerConfig cfg;
+  cfg.format = f;
+  cfg.data_dtype = dt;
+  cfg.pow2_scales = true;
+  return Quantizer(cfg).quantize(t.to(dev), u);
+}
+
+// f64 fprop of the dequantized row-wise copies: alpha · x·Wᵀ + bias + c0.
+std::vector<double> reference(const QuantizedTensor& qx, const QuantizedTensor& qw, const Problem& p, double alpha,
+                              const std::vector<float>& bias, const std::vector<float>& c0) {
+  const auto x = qx.dequantize(DType::f32).to_f32_vector(), w = qw.dequantize(DType::f32).to_f32_vector();
+  std::vector<double> out(size_t(p.P * p.Q));
+  for (int64_t r = 0; r < p.P; ++r)
+    for (int64_t c = 0; c < p.Q; ++c) {
+      double acc = 0;
+      for (int64_t k = 0; k < p.D; ++k) acc += double(x[r * p.D + k]) * w[c * p.D + k];
+      double v = alpha * acc;
+      if (!bias.empty()) v += bias[size_t(c)];
+      if (!c0.empty()) v += c0[size_t(r * p.Q + c)];
+      out[size_t(r * p.Q + c)] = v;
+    }
+  return out;
+}
+
+GemmOptions on(GemmKernel k, DType out) {
+  GemmOptions o;
+  o.out_dtype = out;
+  o.kernel = k;
+  return o;
+}
+
+std::vector<double> as_f64(const Tensor& t) {
+  const auto v = t.to_f32_vector();
+  return {v.begin(), v.end()};
+}
+
+// Against float64: Hopper's fp8 tensor cores add the products of one 128-wide K block with fewer than f32's bits
+// (measured 1.2–1.3e-4 relative, about 2^-13), which the per-block promotion into f32 bounds; cuBLASLt's
+// block-scaled kernels do the same, so against cuBLASLt the bytes must be equal.
+constexpr double kTolFp8Mma = 5e-4;
+
+using Param = std::tuple<Formats, Problem>;
+class GemmWgmma : public ::testing::TestWithParam<Param> {};
+
+TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
+  TE_REQUIRE_HOPPER();
+  const auto& [f, p] = GetParam();
+  const Device gpu = Device::cuda(0);
+  const Tensor x = test::random_2d(p.P, p.D, DType::bf16, 61, Device::cpu(), Layout::contiguous);
+  const Tensor w = test::random_2d(p.Q, p.D, DType::bf16, 62, Device::cpu(), Layout::contiguous, 0.05f);
+  const QuantizedTensor qx = quantize_on(x, f.fx, f.dx, gpu), qw = quantize_on(w, f.fw, f.dw, gpu);
+  GemmContext ctx(gpu);
+  const Tensor got = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::wgmma, DType::f32), ctx);
+  EXPECT_EQ(ctx.stats().wgmma_calls, 1);
+  const std::vector<float> g = got.to_f32_vector();
+  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 1.0, {}, {}), g), kTolFp8Mma);
+  const Tensor again = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::wgmma, DType::f32), ctx);
+  EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));  // no atomics, no split K: deterministic
+  const Tensor lt = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::cublaslt, DType::f32), ctx);
+  EXPECT_EQ(test::bytes_of(got), test::bytes_of(lt)) << "rel_l2 " << test::rel_l2(as_f64(lt), g);
+
+  // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias.
+  const Tensor bias = test::random_2d(1, p.Q, DType::bf16, 63, Device::cpu(), Layout::contiguous).reshape({p.Q});
+  const Tensor c0 = test::random_2d(p.P, p.Q, DType::bf16, 64, Device::cpu(), Layout::contiguous);
+  GemmOptions epi = on(GemmKernel::wgmma, DType::bf16);
+  epi.alpha = 0.5f;
+  epi.accumulate = true;
+  epi.bias = bias.to(gpu);
+  Tensor out = c0.to(gpu);
+  gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
+  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 0.5, bias.to_f32_vector(), c0.to_f32_vector()), out.to_f32_vector()),
+            test::kTolBF16);
+}
+
+std::string name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [f, p] = info.param;
+  return std::string(f.name) + "_" + std::to_string(p.P) + "x" + std::to_string(p.Q) + "x" + std::to_string(p.D);
+}
+
+// One tile; row and column tails (300 = 2 · 128 + 44, 520 = 4 · 128 + 8, an odd column count); a single row; more
+// tiles than an H100 or H200 has SMs (16 · 9 = 144), so CTAs run several tiles through the same ring.
+INSTANTIATE_TEST_SUITE_P(Sweep, GemmWgmma,
+                         ::testing::Combine(::testing::ValuesIn(kFormats),
+                                            ::testing::Values(Problem{128, 128, 128}, Problem{300, 520, 640},
+                                                              Problem{1, 203, 256}, Problem{129, 131, 384},
+                                                              Problem{2048, 1152, 256})),
+                         name);
+
+// dgrad (W's column-wise 128x128 copy) and wgrad (both column-wise 1x128 copies) against cuBLASLt.
+TEST(GemmWgmmaRoles, DgradAndWgradMatchCublasLt) {
+  TE_REQUIRE_HOPPER();
+  const Device gpu = Device::cuda(0);
+  const int64_t M = 384, N = 256, K = 640;
+  const Tensor dy = test::random_2d(M, N, DType::bf16, 71, Device::cpu(), Layout::contiguous);
+  const Tensor x = test::random_2d(M, K, DType::bf16, 72, Device::cpu(), Layout::contiguous);
+  const Tensor w = test::random_2d(N, K, DType::bf16, 73, Device::cpu(), Layout::contiguous, 0.05f);
+  const QuantizedTensor qdy = quantize_on(dy, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu, Usage::both);
+  const QuantizedTensor qx = quantize_on(x, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu, Usage::both);
+  const QuantizedTensor qw = quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu, Usage::both);
+  GemmContext ctx(gpu);
+  for (const auto& [role, a, b] : {std::tuple{GemmRole::dgrad, qdy, qw}, std::tuple{GemmRole::wgrad, qdy, qx}}) {
+    const Tensor got = gemm(a, b, role, on(GemmKernel::wgmma, DType::f32), ctx);
+    const Tensor want = gemm(a, b, role, on(GemmKernel::cublaslt, DType::f32), ctx);
+    EXPECT_EQ(test::bytes_of(got), test::bytes_of(want))
+        << gemm_role_name(role) << ": rel_l2 " << test::rel_l2(as_f64(want), got.to_f32_vector());
+  }
+  EXPECT_EQ(ctx.stats().wgmma_calls, 2);
+}
+
+TEST(GemmWgmmaRoles, ClearRefusals) {
+  TE_REQUIRE_HOPPER();
+  const Device gpu = Device::cuda(0);
+  GemmContext ctx(gpu);
+  const GemmOptions opts = on(GemmKernel::wgmma, DType::bf16);
+  const auto expect_refusal = [&](const GemmOperand& a, const GemmOperand& b, const std::string& why) {
+    try {
+      gemm(a, b, GemmRole::fprop, opts, ctx);
+      FAIL() << "accepted: " << a.str() << " × " << b.str();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  const Tensor x200 = test::random_2d(8, 200, DType::bf16, 81, Device::cpu(), Layout::contiguous);
+  const Tensor w200 = test::random_2d(128, 200, DType::bf16, 82, Device::cpu(), Layout::contiguous, 0.05f);
+  expect_refusal(quantize_on(x200, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu),
+                 quantize_on(w200, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu), "multiple of 128");
+  const Tensor x = test::random_2d(8, 256, DType::bf16, 83, Device::cpu(), Layout::contiguous);
+  const Tensor w = test::random_2d(128, 256, DType::bf16, 84, Device::cpu(), Layout::contiguous, 0.05f);
+  expect_refusal(quantize_on(x, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, gpu),
+                 quantize_on(w, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, gpu), "1x128 blocks");
+  expect_refusal(quantize_on(x, QuantFormat::fp8_block_1d, DType::fp8_e5m2, gpu),
+                 quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu), "E5M2");
+  expect_refusal(x.to(gpu), w.to(gpu), "fp8 block-scaled operands only");
+  EXPECT_EQ(ctx.stats().wgmma_calls, 0);
+}
+
+}  // namespace
+}  // namespace te
