@@ -408,32 +408,28 @@ cuda::Fp8ScaleLayout scale_layout(QuantFormat f) {
                                           : cuda::Fp8ScaleLayout::per_tensor;
 }
 
-// The weight-streaming kernel for few output rows (gemm_streaming.h): when forced, or automatically where it can
-// run the problem; false: cuBLASLt runs it.
-bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
-                   const GemmOptions& opts, const Stream& stream) {
-  const bool forced = opts.kernel == GemmKernel::streaming;
-  const int64_t P = lhs.data.size(0), Q = rhs.data.size(0), D = lhs.data.size(1);
-  if (!forced && (opts.kernel != GemmKernel::automatic || P > kStreamingRows)) return false;
-  const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
-  cuda::StreamingGemm g;
+// The shapes, operands and scales of an fp8 call as the CUDA kernels read them; and why the call's tensors keep them
+// from running it (empty when they do not).
+const char* fp8_args(cuda::Fp8GemmArgs& g, const TnOperand& lhs, const TnOperand& rhs, const Tensor& out,
+                     GemmContext& ctx) {
+  const int64_t D = lhs.data.size(1);
   g.lhs = lhs.data.data_ptr(), g.rhs = rhs.data.data_ptr();
   g.lhs_dtype = lhs.data.dtype(), g.rhs_dtype = rhs.data.dtype();
   g.lhs_scale = lhs.scale.data<float>(), g.rhs_scale = rhs.scale.data<float>();
   g.lhs_kind = scale_layout(lhs.format), g.rhs_kind = scale_layout(rhs.format);
   g.lhs_scale_ld = lhs.scale_ld, g.rhs_scale_ld = rhs.scale_ld;
-  g.P = P, g.Q = Q, g.D = D;
+  g.P = lhs.data.size(0), g.Q = rhs.data.size(0), g.D = D;
   g.out_dtype = out.dtype();
-  const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
-                    : !out.is_contiguous()                ? "the output is not contiguous"
-                                                          : cuda::streaming_gemm_unsupported(g);
-  if (*why && !forced) return false;
-  TE_CHECK_HINT(!*why,
-                "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
-                        << "]: the weight-streaming kernel cannot run it: " << why,
-                "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
-  GemmContext::Impl& impl = ctx.impl();
-  Tensor bias;
+  g.sm_count = ctx.impl().sm_count;
+  const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
+  return !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
+         : !out.is_contiguous()               ? "the output is not contiguous"
+                                              : "";
+}
+
+// The epilogue of the call (alpha, bias, accumulate) and its output; `bias` holds a contiguous copy of the bias
+// while the kernel is enqueued.
+void fp8_epilogue(cuda::Fp8GemmArgs& g, Tensor& out, const GemmOptions& opts, Tensor& bias, const Stream& stream) {
   if (opts.bias.defined()) {
     bias = opts.bias.contiguous(stream);
     g.bias = bias.data_ptr(), g.bias_dtype = bias.dtype();
@@ -441,11 +437,29 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
   g.out = out.data_ptr();
   g.alpha = opts.alpha;
   g.accumulate = opts.accumulate;
+}
+
+// The weight-streaming kernel for few output rows (gemm_streaming.h): when forced, or automatically where it can
+// run the problem; false: cuBLASLt runs it.
+bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
+                   const GemmOptions& opts, const Stream& stream) {
+  const bool forced = opts.kernel == GemmKernel::streaming;
+  if (!forced && (opts.kernel != GemmKernel::automatic || lhs.data.size(0) > kStreamingRows)) return false;
+  cuda::StreamingGemm g;
+  const char* why = fp8_args(g, lhs, rhs, out, ctx);
+  if (!*why) why = cuda::streaming_gemm_unsupported(g);
+  if (*why && !forced) return false;
+  TE_CHECK_HINT(!*why,
+                "GEMM " << gemm_role_name(role) << " [" << g.P << ", " << g.D << "] x [" << g.Q << ", " << g.D
+                        << "]: the weight-streaming kernel cannot run it: " << why,
+                "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
+  GemmContext::Impl& impl = ctx.impl();
+  Tensor bias;
+  fp8_epilogue(g, out, opts, bias, stream);
   g.partials = static_cast<float*>(impl.workspace.data_ptr());
   g.partials_floats = ctx.workspace_bytes() / 4;
   g.counters = impl.streaming_counters.data<int>();
   g.counters_len = impl.streaming_counters.numel();
-  g.sm_count = impl.sm_count;
   cuda::streaming_gemm(g, stream);
   ctx.mutable_stats().streaming_calls++;
   return true;
@@ -455,33 +469,15 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
 bool run_wgmma(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, GemmRole role, Tensor& out,
                const GemmOptions& opts, const Stream& stream) {
   if (opts.kernel != GemmKernel::wgmma) return false;
-  const int64_t P = lhs.data.size(0), Q = rhs.data.size(0), D = lhs.data.size(1);
-  const auto dense = [&](const Tensor& t) { return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) == D); };
   cuda::WgmmaGemm g;
-  g.lhs = lhs.data.data_ptr(), g.rhs = rhs.data.data_ptr();
-  g.lhs_dtype = lhs.data.dtype(), g.rhs_dtype = rhs.data.dtype();
-  g.lhs_scale = lhs.scale.data<float>(), g.rhs_scale = rhs.scale.data<float>();
-  g.lhs_kind = scale_layout(lhs.format), g.rhs_kind = scale_layout(rhs.format);
-  g.lhs_scale_ld = lhs.scale_ld, g.rhs_scale_ld = rhs.scale_ld;
-  g.P = P, g.Q = Q, g.D = D;
-  g.out_dtype = out.dtype();
-  const char* why = !dense(lhs.data) || !dense(rhs.data) ? "operands are not dense row-major"
-                    : !out.is_contiguous()               ? "the output is not contiguous"
-                    : ctx.impl().sm_major != 9           ? "the GPU is not a Hopper (sm_90)"
-                                                         : cuda::wgmma_gemm_unsupported(g);
+  const char* why = fp8_args(g, lhs, rhs, out, ctx);
+  if (!*why) why = ctx.impl().sm_major != 9 ? "the GPU is not a Hopper (sm_90)" : cuda::wgmma_gemm_unsupported(g);
   TE_CHECK_HINT(!*why,
-                "GEMM " << gemm_role_name(role) << " [" << P << ", " << D << "] x [" << Q << ", " << D
+                "GEMM " << gemm_role_name(role) << " [" << g.P << ", " << g.D << "] x [" << g.Q << ", " << g.D
                         << "]: the warpgroup kernel cannot run it: " << why,
                 "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
   Tensor bias;
-  if (opts.bias.defined()) {
-    bias = opts.bias.contiguous(stream);
-    g.bias = bias.data_ptr(), g.bias_dtype = bias.dtype();
-  }
-  g.out = out.data_ptr();
-  g.alpha = opts.alpha;
-  g.accumulate = opts.accumulate;
-  g.sm_count = ctx.impl().sm_count;
+  fp8_epilogue(g, out, opts, bias, stream);
   cuda::wgmma_gemm(g, stream);
   ctx.mutable_stats().wgmma_calls++;
   return true;

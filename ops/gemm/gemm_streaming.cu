@@ -78,16 +78,6 @@ __device__ __forceinline__ void store_result(const StreamingGemm& g, float facto
   store_f32(g.out, g.out_dtype, o, v);
 }
 
-// 4 bytes global → shared, asynchronously (zeros when !valid); completion is tracked by cp_async_arrive.
-__device__ __forceinline__ void copy4_async(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(bulk::smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-// One arrival on `bar` once this thread's earlier cp.async copies have landed (counted in the barrier's arrivals).
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bulk::smem_addr(bar)) : "memory");
-}
-
 template <int NT, bool kBlockScaled, Types T>
 __global__ void __launch_bounds__(kThreads, 1)
     streaming_gemm_kernel(const __grid_constant__ CUtensorMap rhs_map, const __grid_constant__ CUtensorMap lhs_map,
@@ -125,17 +115,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int u = 0; u < blocks; ++u) {
           float* slot = scale_slots + (s * R::KPS + u) * R::kScaleFloats;
           for (int i = lane; i < NT * 8; i += 32)
-            copy4_async(slot + i, g.lhs_scale + (i < g.P ? (kb + u) * g.lhs_scale_ld + i : 0), i < g.P);
+            tma::copy4_async(slot + i, g.lhs_scale + (i < g.P ? (kb + u) * g.lhs_scale_ld + i : 0), i < g.P);
           if (g.rhs_kind == Fp8ScaleLayout::blk128) {
-            if (lane == 0) copy4_async(slot + NT * 8, g.rhs_scale + tile * g.rhs_scale_ld + kb + u, true);
+            if (lane == 0) tma::copy4_async(slot + NT * 8, g.rhs_scale + tile * g.rhs_scale_ld + kb + u, true);
           } else {
             for (int i = lane; i < kTileRows; i += 32) {
               const int64_t q = tile * kTileRows + i;
-              copy4_async(slot + NT * 8 + i, g.rhs_scale + (q < g.Q ? (kb + u) * g.rhs_scale_ld + q : 0), q < g.Q);
+              tma::copy4_async(slot + NT * 8 + i, g.rhs_scale + (q < g.Q ? (kb + u) * g.rhs_scale_ld + q : 0), q < g.Q);
             }
           }
         }
-        cp_async_arrive(&full[s]);
+        tma::cp_async_arrive(&full[s]);
       }
       if (lane == 0) {
         uint8_t* stage = ring + s * R::kStageBytes;

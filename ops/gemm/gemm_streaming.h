@@ -14,36 +14,20 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/dtype.h"
 #include "engine/stream.h"
-#include "ops/gemm/fp8_scale_layout.h"
+#include "ops/gemm/fp8_gemm_args.h"
 
 namespace te::cuda {
 
-struct StreamingGemm {
+struct StreamingGemm : Fp8GemmArgs {
   static constexpr int64_t kMaxRows = 64;  // P limit (four m16 tiles)
   static constexpr int64_t kBlockK = 128;  // D must be a multiple
 
-  const void* lhs = nullptr;  // [P, D] fp8, row stride D, 16-byte aligned
-  const void* rhs = nullptr;  // [Q, D] fp8, row stride D, 16-byte aligned
-  DType lhs_dtype = DType::fp8_e4m3, rhs_dtype = DType::fp8_e4m3;
-  const float* lhs_scale = nullptr;
-  const float* rhs_scale = nullptr;
-  Fp8ScaleLayout lhs_kind = Fp8ScaleLayout::per_tensor, rhs_kind = Fp8ScaleLayout::per_tensor;
-  int64_t lhs_scale_ld = 0, rhs_scale_ld = 0;
-  int64_t P = 0, Q = 0, D = 0;
-  void* out = nullptr;  // [P, Q] contiguous, out_dtype f32 | bf16 | f16
-  DType out_dtype = DType::bf16;
-  const void* bias = nullptr;  // [Q] contiguous or null
-  DType bias_dtype = DType::bf16;
-  float alpha = 1.f;
-  bool accumulate = false;
   // Split-K state: fp32 partials (splits · P · Q floats) and one zeroed int counter per 128-column tile.
   float* partials = nullptr;
   int64_t partials_floats = 0;
   int* counters = nullptr;
   int64_t counters_len = 0;
-  int sm_count = 132;
 };
 
 // Why the kernel cannot run this problem (empty when it can).

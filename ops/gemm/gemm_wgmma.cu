@@ -82,15 +82,6 @@ __device__ __forceinline__ UnitOrigin unit_origin(int64_t u, int64_t m_units, in
   return {first + r % rows, r / rows};
 }
 
-// 4 bytes global → shared, asynchronously (zeros when !valid); completion is tracked by cp_async_arrive.
-__device__ __forceinline__ void copy4_async(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(bulk::smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-// One arrival on `bar` once this thread's earlier cp.async copies have landed (counted in the barrier's arrivals).
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bulk::smem_addr(bar)) : "memory");
-}
 // The 128 threads of consumer warpgroup c (barrier 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
@@ -164,18 +155,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           float* slot = scales + s * kScaleFloats;
           for (int i = lane; i < kTileM; i += 32) {
             const int64_t p = m0 + i;
-            copy4_async(slot + i, g.lhs_scale + (p < g.P ? kb * g.lhs_scale_ld + p : 0), p < g.P);
+            tma::copy4_async(slot + i, g.lhs_scale + (p < g.P ? kb * g.lhs_scale_ld + p : 0), p < g.P);
           }
           if constexpr (kRhsRowScales) {
             for (int i = lane; i < kTileN; i += 32) {
               const int64_t q = n0 + i;
-              copy4_async(slot + kTileM + i, g.rhs_scale + (q < g.Q ? kb * g.rhs_scale_ld + q : 0), q < g.Q);
+              tma::copy4_async(slot + kTileM + i, g.rhs_scale + (q < g.Q ? kb * g.rhs_scale_ld + q : 0), q < g.Q);
             }
           } else if (lane == 0) {
             const bool valid = n0 < g.Q;
-            copy4_async(slot + kTileM, g.rhs_scale + (valid ? (n0 / kTileN) * g.rhs_scale_ld + kb : 0), valid);
+            tma::copy4_async(slot + kTileM, g.rhs_scale + (valid ? (n0 / kTileN) * g.rhs_scale_ld + kb : 0), valid);
           }
-          cp_async_arrive(&full[s]);
+          tma::cp_async_arrive(&full[s]);
           if (lane == 0) {
             uint8_t* stage = ring + s * kStageBytes;
             tma::arrive_expect_bytes(&full[s], kStageBytes);

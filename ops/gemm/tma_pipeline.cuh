@@ -54,6 +54,20 @@ __device__ __forceinline__ uint64_t evict_last_policy() {
   return policy;
 }
 
+// 4 bytes global → shared through cp.async (zeros when !valid): for scales a stage carries beside its TMA boxes.
+// Its completion is counted on a stage barrier by cp_async_arrive, one of the barrier's arrivals per thread.
+__device__ __forceinline__ void copy4_async(float* dst, const float* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(bulk::smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bulk::smem_addr(bar)) : "memory");
+#endif
+}
+
 // The box at (column x in elements, row y) of `map` into dst (1024-byte aligned for the 128-byte swizzle); its
 // bytes complete on `bar`.
 __device__ __forceinline__ void load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar,

@@ -9,6 +9,7 @@
 
 #include "common/gpu.h"
 #include "engine/error.h"
+#include "ops/fp8_gemm_test_util.h"
 #include "ops/gemm/gemm.h"
 #include "ops/ops_test_util.h"
 #include "ops/quant/quantizer.h"
@@ -35,31 +36,6 @@ struct Problem {
   int64_t P, Q, D;  // out [P, Q] = x [P, D] · W [Q, D]ᵀ
 };
 
-QuantizedTensor quantize_on(const Tensor& t, QuantFormat f, DType dt, Device dev) {
-  QuantizerConfig cfg;
-  cfg.format = f;
-  cfg.data_dtype = dt;
-  cfg.pow2_scales = f != QuantFormat::fp8_per_tensor;
-  return Quantizer(cfg).quantize(t.to(dev), Usage::rowwise);
-}
-
-// f64 fprop of the dequantized row-wise copies: alpha · x·Wᵀ + bias + c0.
-std::vector<double> reference(const QuantizedTensor& qx, const QuantizedTensor& qw, const Problem& p, double alpha,
-                              const std::vector<float>& bias, const std::vector<float>& c0) {
-  const auto x = qx.dequantize(DType::f32).to_f32_vector(), w = qw.dequantize(DType::f32).to_f32_vector();
-  std::vector<double> out(size_t(p.P * p.Q));
-  for (int64_t r = 0; r < p.P; ++r)
-    for (int64_t c = 0; c < p.Q; ++c) {
-      double acc = 0;
-      for (int64_t k = 0; k < p.D; ++k) acc += double(x[r * p.D + k]) * w[c * p.D + k];
-      double v = alpha * acc;
-      if (!bias.empty()) v += bias[size_t(c)];
-      if (!c0.empty()) v += c0[size_t(r * p.Q + c)];
-      out[size_t(r * p.Q + c)] = v;
-    }
-  return out;
-}
-
 // f32 output through the streaming kernel, forced (a problem it cannot run throws).
 GemmOptions forced_streaming() {
   GemmOptions o;
@@ -77,12 +53,13 @@ TEST_P(GemmStreaming, MatchesFloat64OfDequantizedOperands) {
   const Device gpu = Device::cuda(0);
   const Tensor x = test::random_2d(p.P, p.D, DType::bf16, 31, Device::cpu(), Layout::contiguous);
   const Tensor w = test::random_2d(p.Q, p.D, DType::bf16, 32, Device::cpu(), Layout::contiguous, 0.05f);
-  const QuantizedTensor qx = quantize_on(x, f.fx, f.dx, gpu), qw = quantize_on(w, f.fw, f.dw, gpu);
+  const QuantizedTensor qx = test::quantize_on(x, f.fx, f.dx, gpu), qw = test::quantize_on(w, f.fw, f.dw, gpu);
   GemmContext ctx(gpu);
   const GemmOptions opts = forced_streaming();
   const Tensor got = gemm(qx, qw, GemmRole::fprop, opts, ctx);
   EXPECT_EQ(ctx.stats().streaming_calls, 1);
-  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 1.0, {}, {}), got.to_f32_vector()), test::kTolF32);
+  EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 1.0, {}, {}), got.to_f32_vector()),
+            test::kTolF32);
 
   // Deterministic: the split-K partials are added in a fixed order, and the counters are left ready.
   const Tensor again = gemm(qx, qw, GemmRole::fprop, opts, ctx);
@@ -98,7 +75,8 @@ TEST_P(GemmStreaming, MatchesFloat64OfDequantizedOperands) {
   epi.bias = bias.to(gpu);
   Tensor out = c0.to(gpu);
   gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
-  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 0.5, bias.to_f32_vector(), c0.to_f32_vector()), out.to_f32_vector()),
+  EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 0.5, bias.to_f32_vector(), c0.to_f32_vector()),
+                         out.to_f32_vector()),
             test::kTolBF16);
 
   // And it agrees with cuBLASLt on the same bytes (bf16 outputs).
@@ -151,7 +129,7 @@ TEST(GemmStreamingRoles, ChosenAutomaticallyForFewRowsAndClearRefusals) {
   const auto operands = [&](int64_t P, int64_t D) {
     const Tensor x = test::random_2d(P, D, DType::bf16, 51, Device::cpu(), Layout::contiguous);
     const Tensor w = test::random_2d(128, D, DType::bf16, 52, Device::cpu(), Layout::contiguous, 0.05f);
-    return std::pair{quantize_on(x, f.fx, f.dx, gpu), quantize_on(w, f.fw, f.dw, gpu)};
+    return std::pair{test::quantize_on(x, f.fx, f.dx, gpu), test::quantize_on(w, f.fw, f.dw, gpu)};
   };
   GemmContext ctx(gpu);
   GemmOptions opts;

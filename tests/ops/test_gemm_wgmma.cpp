@@ -11,6 +11,7 @@
 #include "common/gpu.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "ops/fp8_gemm_test_util.h"
 #include "ops/gemm/gemm.h"
 #include "ops/ops_test_util.h"
 #include "ops/quant/quantizer.h"
@@ -41,31 +42,6 @@ struct Problem {
   int64_t P, Q, D;  // out [P, Q] = x [P, D] · W [Q, D]ᵀ
 };
 
-QuantizedTensor quantize_on(const Tensor& t, QuantFormat f, DType dt, Device dev, Usage u = Usage::rowwise) {
-  QuantizerConfig cfg;
-  cfg.format = f;
-  cfg.data_dtype = dt;
-  cfg.pow2_scales = true;
-  return Quantizer(cfg).quantize(t.to(dev), u);
-}
-
-// f64 fprop of the dequantized row-wise copies: alpha · x·Wᵀ + bias + c0.
-std::vector<double> reference(const QuantizedTensor& qx, const QuantizedTensor& qw, const Problem& p, double alpha,
-                              const std::vector<float>& bias, const std::vector<float>& c0) {
-  const auto x = qx.dequantize(DType::f32).to_f32_vector(), w = qw.dequantize(DType::f32).to_f32_vector();
-  std::vector<double> out(size_t(p.P * p.Q));
-  for (int64_t r = 0; r < p.P; ++r)
-    for (int64_t c = 0; c < p.Q; ++c) {
-      double acc = 0;
-      for (int64_t k = 0; k < p.D; ++k) acc += double(x[r * p.D + k]) * w[c * p.D + k];
-      double v = alpha * acc;
-      if (!bias.empty()) v += bias[size_t(c)];
-      if (!c0.empty()) v += c0[size_t(r * p.Q + c)];
-      out[size_t(r * p.Q + c)] = v;
-    }
-  return out;
-}
-
 GemmOptions on(GemmKernel k, DType out) {
   GemmOptions o;
   o.out_dtype = out;
@@ -92,12 +68,12 @@ TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
   const Device gpu = Device::cuda(0);
   const Tensor x = test::random_2d(p.P, p.D, DType::bf16, 61, Device::cpu(), Layout::contiguous);
   const Tensor w = test::random_2d(p.Q, p.D, DType::bf16, 62, Device::cpu(), Layout::contiguous, 0.05f);
-  const QuantizedTensor qx = quantize_on(x, f.fx, f.dx, gpu), qw = quantize_on(w, f.fw, f.dw, gpu);
+  const QuantizedTensor qx = test::quantize_on(x, f.fx, f.dx, gpu), qw = test::quantize_on(w, f.fw, f.dw, gpu);
   GemmContext ctx(gpu);
   const Tensor got = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::wgmma, DType::f32), ctx);
   EXPECT_EQ(ctx.stats().wgmma_calls, 1);
   const std::vector<float> g = got.to_f32_vector();
-  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 1.0, {}, {}), g), kTolFp8Mma);
+  EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 1.0, {}, {}), g), kTolFp8Mma);
   const Tensor again = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::wgmma, DType::f32), ctx);
   EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));  // no atomics, no split K: deterministic
   const Tensor lt = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::cublaslt, DType::f32), ctx);
@@ -112,7 +88,8 @@ TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
   epi.bias = bias.to(gpu);
   Tensor out = c0.to(gpu);
   gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
-  EXPECT_LE(test::rel_l2(reference(qx, qw, p, 0.5, bias.to_f32_vector(), c0.to_f32_vector()), out.to_f32_vector()),
+  EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 0.5, bias.to_f32_vector(), c0.to_f32_vector()),
+                         out.to_f32_vector()),
             test::kTolBF16);
 }
 
@@ -138,9 +115,9 @@ TEST(GemmWgmmaRoles, DgradAndWgradMatchCublasLt) {
   const Tensor dy = test::random_2d(M, N, DType::bf16, 71, Device::cpu(), Layout::contiguous);
   const Tensor x = test::random_2d(M, K, DType::bf16, 72, Device::cpu(), Layout::contiguous);
   const Tensor w = test::random_2d(N, K, DType::bf16, 73, Device::cpu(), Layout::contiguous, 0.05f);
-  const QuantizedTensor qdy = quantize_on(dy, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu, Usage::both);
-  const QuantizedTensor qx = quantize_on(x, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu, Usage::both);
-  const QuantizedTensor qw = quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu, Usage::both);
+  const QuantizedTensor qdy = test::quantize_on(dy, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu, Usage::both);
+  const QuantizedTensor qx = test::quantize_on(x, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu, Usage::both);
+  const QuantizedTensor qw = test::quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu, Usage::both);
   GemmContext ctx(gpu);
   for (const auto& [role, a, b] : {std::tuple{GemmRole::dgrad, qdy, qw}, std::tuple{GemmRole::wgrad, qdy, qx}}) {
     const Tensor got = gemm(a, b, role, on(GemmKernel::wgmma, DType::f32), ctx);
@@ -166,14 +143,14 @@ TEST(GemmWgmmaRoles, ClearRefusals) {
   };
   const Tensor x200 = test::random_2d(8, 200, DType::bf16, 81, Device::cpu(), Layout::contiguous);
   const Tensor w200 = test::random_2d(128, 200, DType::bf16, 82, Device::cpu(), Layout::contiguous, 0.05f);
-  expect_refusal(quantize_on(x200, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu),
-                 quantize_on(w200, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu), "multiple of 128");
+  expect_refusal(test::quantize_on(x200, QuantFormat::fp8_block_1d, DType::fp8_e4m3, gpu),
+                 test::quantize_on(w200, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu), "multiple of 128");
   const Tensor x = test::random_2d(8, 256, DType::bf16, 83, Device::cpu(), Layout::contiguous);
   const Tensor w = test::random_2d(128, 256, DType::bf16, 84, Device::cpu(), Layout::contiguous, 0.05f);
-  expect_refusal(quantize_on(x, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, gpu),
-                 quantize_on(w, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, gpu), "1x128 blocks");
-  expect_refusal(quantize_on(x, QuantFormat::fp8_block_1d, DType::fp8_e5m2, gpu),
-                 quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu), "E5M2");
+  expect_refusal(test::quantize_on(x, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, gpu),
+                 test::quantize_on(w, QuantFormat::fp8_per_tensor, DType::fp8_e4m3, gpu), "1x128 blocks");
+  expect_refusal(test::quantize_on(x, QuantFormat::fp8_block_1d, DType::fp8_e5m2, gpu),
+                 test::quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu), "E5M2");
   expect_refusal(x.to(gpu), w.to(gpu), "fp8 block-scaled operands only");
   EXPECT_EQ(ctx.stats().wgmma_calls, 0);
 }

@@ -1,0 +1,35 @@
+// What the CUDA fp8 GEMM kernels read: out [P, Q] = alpha · lhs [P, D] · rhs [Q, D]ᵀ [+ bias] [+ out], both operands
+// K-contiguous, with their fp32 scales in the layouts of docs/NUMERICS.md §3.
+#pragma once
+#include <cstdint>
+
+#include "engine/dtype.h"
+
+namespace te::cuda {
+
+// Where an operand's scales live, as the kernels index them for a [rows, depth] copy.
+enum class Fp8ScaleLayout : uint8_t {
+  per_tensor,  // scale[0]
+  vec128,      // 1x128 blocks along depth: scale[kb * ld + row]
+  blk128,      // 128x128 tiles: scale[(row / 128) * ld + kb]
+};
+
+struct Fp8GemmArgs {
+  const void* lhs = nullptr;  // [P, D] fp8, row stride D, 16-byte aligned
+  const void* rhs = nullptr;  // [Q, D] fp8, row stride D, 16-byte aligned
+  DType lhs_dtype = DType::fp8_e4m3, rhs_dtype = DType::fp8_e4m3;
+  const float* lhs_scale = nullptr;
+  const float* rhs_scale = nullptr;
+  Fp8ScaleLayout lhs_kind = Fp8ScaleLayout::per_tensor, rhs_kind = Fp8ScaleLayout::per_tensor;
+  int64_t lhs_scale_ld = 0, rhs_scale_ld = 0;
+  int64_t P = 0, Q = 0, D = 0;
+  void* out = nullptr;  // [P, Q] contiguous, out_dtype f32 | bf16 | f16
+  DType out_dtype = DType::bf16;
+  const void* bias = nullptr;  // [Q] contiguous or null
+  DType bias_dtype = DType::bf16;
+  float alpha = 1.f;
+  bool accumulate = false;
+  int sm_count = 132;
+};
+
+}  // namespace te::cuda

@@ -1,0 +1,38 @@
+// Helpers shared by the fp8 GEMM kernel tests: operands quantized the way the recipes quantize them, and a float64
+// fprop of the dequantized copies with the GEMM epilogue.
+#pragma once
+#include <vector>
+
+#include "engine/tensor.h"
+#include "ops/quant/quantizer.h"
+
+namespace te::test {
+
+// `t` quantized on `dev` into format f with data dtype dt (power-of-two scales for the block formats).
+inline QuantizedTensor quantize_on(const Tensor& t, QuantFormat f, DType dt, Device dev, Usage u = Usage::rowwise) {
+  QuantizerConfig cfg;
+  cfg.format = f;
+  cfg.data_dtype = dt;
+  cfg.pow2_scales = f != QuantFormat::fp8_per_tensor;
+  return Quantizer(cfg).quantize(t.to(dev), u);
+}
+
+// alpha · x·Wᵀ + bias + c0 in float64 from the dequantized row-wise copies of x [P, D] and W [Q, D].
+inline std::vector<double> fprop_reference(const QuantizedTensor& qx, const QuantizedTensor& qw, int64_t P, int64_t Q,
+                                           int64_t D, double alpha, const std::vector<float>& bias,
+                                           const std::vector<float>& c0) {
+  const auto x = qx.dequantize(DType::f32).to_f32_vector(), w = qw.dequantize(DType::f32).to_f32_vector();
+  std::vector<double> out(size_t(P * Q));
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t c = 0; c < Q; ++c) {
+      double acc = 0;
+      for (int64_t k = 0; k < D; ++k) acc += double(x[r * D + k]) * w[c * D + k];
+      double v = alpha * acc;
+      if (!bias.empty()) v += bias[size_t(c)];
+      if (!c0.empty()) v += c0[size_t(r * Q + c)];
+      out[size_t(r * Q + c)] = v;
+    }
+  return out;
+}
+
+}  // namespace te::test
