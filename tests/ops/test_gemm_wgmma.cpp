@@ -19,6 +19,7 @@
 namespace te {
 namespace {
 
+// Names below carry "wgmma": the sanitizer builds compile the ops tests as one unity file.
 using test::Layout;
 
 #define TE_REQUIRE_HOPPER()                                                                                \
@@ -28,28 +29,28 @@ using test::Layout;
     if (current_cc_major() != 9) GTEST_SKIP() << "the warpgroup kernel is built for sm_90a (Hopper) only"; \
   } while (0)
 
-struct Formats {
+struct WgmmaFormats {
   const char* name;
   QuantFormat fx, fw;
   DType dx, dw;
 };
-const Formats kFormats[] = {
+const WgmmaFormats kWgmmaFormats[] = {
     {"blk_1d_2d", QuantFormat::fp8_block_1d, QuantFormat::fp8_block_2d, DType::fp8_e4m3, DType::fp8_e4m3},
     {"blk_1d_1d", QuantFormat::fp8_block_1d, QuantFormat::fp8_block_1d, DType::fp8_e4m3, DType::fp8_e4m3},
 };
 
-struct Problem {
+struct WgmmaProblem {
   int64_t P, Q, D;  // out [P, Q] = x [P, D] · W [Q, D]ᵀ
 };
 
-GemmOptions on(GemmKernel k, DType out) {
+GemmOptions wgmma_opts(GemmKernel k, DType out) {
   GemmOptions o;
   o.out_dtype = out;
   o.kernel = k;
   return o;
 }
 
-std::vector<double> as_f64(const Tensor& t) {
+std::vector<double> wgmma_f64(const Tensor& t) {
   const auto v = t.to_f32_vector();
   return {v.begin(), v.end()};
 }
@@ -59,8 +60,8 @@ std::vector<double> as_f64(const Tensor& t) {
 // block-scaled kernels do the same, so against cuBLASLt the bytes must be equal.
 constexpr double kTolFp8Mma = 5e-4;
 
-using Param = std::tuple<Formats, Problem>;
-class GemmWgmma : public ::testing::TestWithParam<Param> {};
+using WgmmaParam = std::tuple<WgmmaFormats, WgmmaProblem>;
+class GemmWgmma : public ::testing::TestWithParam<WgmmaParam> {};
 
 TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
   TE_REQUIRE_HOPPER();
@@ -70,19 +71,19 @@ TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
   const Tensor w = test::random_2d(p.Q, p.D, DType::bf16, 62, Device::cpu(), Layout::contiguous, 0.05f);
   const QuantizedTensor qx = test::quantize_on(x, f.fx, f.dx, gpu), qw = test::quantize_on(w, f.fw, f.dw, gpu);
   GemmContext ctx(gpu);
-  const Tensor got = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::wgmma, DType::f32), ctx);
+  const Tensor got = gemm(qx, qw, GemmRole::fprop, wgmma_opts(GemmKernel::wgmma, DType::f32), ctx);
   EXPECT_EQ(ctx.stats().wgmma_calls, 1);
   const std::vector<float> g = got.to_f32_vector();
   EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 1.0, {}, {}), g), kTolFp8Mma);
-  const Tensor again = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::wgmma, DType::f32), ctx);
+  const Tensor again = gemm(qx, qw, GemmRole::fprop, wgmma_opts(GemmKernel::wgmma, DType::f32), ctx);
   EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));  // no atomics, no split K: deterministic
-  const Tensor lt = gemm(qx, qw, GemmRole::fprop, on(GemmKernel::cublaslt, DType::f32), ctx);
-  EXPECT_EQ(test::bytes_of(got), test::bytes_of(lt)) << "rel_l2 " << test::rel_l2(as_f64(lt), g);
+  const Tensor lt = gemm(qx, qw, GemmRole::fprop, wgmma_opts(GemmKernel::cublaslt, DType::f32), ctx);
+  EXPECT_EQ(test::bytes_of(got), test::bytes_of(lt)) << "rel_l2 " << test::rel_l2(wgmma_f64(lt), g);
 
   // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias.
   const Tensor bias = test::random_2d(1, p.Q, DType::bf16, 63, Device::cpu(), Layout::contiguous).reshape({p.Q});
   const Tensor c0 = test::random_2d(p.P, p.Q, DType::bf16, 64, Device::cpu(), Layout::contiguous);
-  GemmOptions epi = on(GemmKernel::wgmma, DType::bf16);
+  GemmOptions epi = wgmma_opts(GemmKernel::wgmma, DType::bf16);
   epi.alpha = 0.5f;
   epi.accumulate = true;
   epi.bias = bias.to(gpu);
@@ -93,7 +94,7 @@ TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
             test::kTolBF16);
 }
 
-std::string name(const ::testing::TestParamInfo<Param>& info) {
+std::string wgmma_case_name(const ::testing::TestParamInfo<WgmmaParam>& info) {
   const auto& [f, p] = info.param;
   return std::string(f.name) + "_" + std::to_string(p.P) + "x" + std::to_string(p.Q) + "x" + std::to_string(p.D);
 }
@@ -101,11 +102,11 @@ std::string name(const ::testing::TestParamInfo<Param>& info) {
 // One tile; row and column tails (300 = 2 · 128 + 44, 520 = 4 · 128 + 8, an odd column count); a single row; more
 // tiles than an H100 or H200 has SMs (16 · 9 = 144), so CTAs run several tiles through the same ring.
 INSTANTIATE_TEST_SUITE_P(Sweep, GemmWgmma,
-                         ::testing::Combine(::testing::ValuesIn(kFormats),
-                                            ::testing::Values(Problem{128, 128, 128}, Problem{300, 520, 640},
-                                                              Problem{1, 203, 256}, Problem{129, 131, 384},
-                                                              Problem{2048, 1152, 256})),
-                         name);
+                         ::testing::Combine(::testing::ValuesIn(kWgmmaFormats),
+                                            ::testing::Values(WgmmaProblem{128, 128, 128}, WgmmaProblem{300, 520, 640},
+                                                              WgmmaProblem{1, 203, 256}, WgmmaProblem{129, 131, 384},
+                                                              WgmmaProblem{2048, 1152, 256})),
+                         wgmma_case_name);
 
 // dgrad (W's column-wise 128x128 copy) and wgrad (both column-wise 1x128 copies) against cuBLASLt.
 TEST(GemmWgmmaRoles, DgradAndWgradMatchCublasLt) {
@@ -120,10 +121,10 @@ TEST(GemmWgmmaRoles, DgradAndWgradMatchCublasLt) {
   const QuantizedTensor qw = test::quantize_on(w, QuantFormat::fp8_block_2d, DType::fp8_e4m3, gpu, Usage::both);
   GemmContext ctx(gpu);
   for (const auto& [role, a, b] : {std::tuple{GemmRole::dgrad, qdy, qw}, std::tuple{GemmRole::wgrad, qdy, qx}}) {
-    const Tensor got = gemm(a, b, role, on(GemmKernel::wgmma, DType::f32), ctx);
-    const Tensor want = gemm(a, b, role, on(GemmKernel::cublaslt, DType::f32), ctx);
+    const Tensor got = gemm(a, b, role, wgmma_opts(GemmKernel::wgmma, DType::f32), ctx);
+    const Tensor want = gemm(a, b, role, wgmma_opts(GemmKernel::cublaslt, DType::f32), ctx);
     EXPECT_EQ(test::bytes_of(got), test::bytes_of(want))
-        << gemm_role_name(role) << ": rel_l2 " << test::rel_l2(as_f64(want), got.to_f32_vector());
+        << gemm_role_name(role) << ": rel_l2 " << test::rel_l2(wgmma_f64(want), got.to_f32_vector());
   }
   EXPECT_EQ(ctx.stats().wgmma_calls, 2);
 }
@@ -132,7 +133,7 @@ TEST(GemmWgmmaRoles, ClearRefusals) {
   TE_REQUIRE_HOPPER();
   const Device gpu = Device::cuda(0);
   GemmContext ctx(gpu);
-  const GemmOptions opts = on(GemmKernel::wgmma, DType::bf16);
+  const GemmOptions opts = wgmma_opts(GemmKernel::wgmma, DType::bf16);
   const auto expect_refusal = [&](const GemmOperand& a, const GemmOperand& b, const std::string& why) {
     try {
       gemm(a, b, GemmRole::fprop, opts, ctx);
