@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "engine/dtype.h"
+#include "engine/element.h"
 
 namespace te::cuda {
 
@@ -31,5 +32,26 @@ struct Fp8GemmArgs {
   bool accumulate = false;
   int sm_count = 132;
 };
+
+// One output of the epilogue every fp8 kernel applies, in cuBLASLt's order: v (its f32 sum) times factor, plus
+// bias[col], plus out[o] when accumulating.
+TE_HD float epilogue_value(const Fp8GemmArgs& g, float factor, int64_t o, int64_t col, float v) {
+  v *= factor;
+  if (g.bias) v += load_f32(g.bias, g.bias_dtype, col);
+  if (g.accumulate) v += load_f32(g.out, g.out_dtype, o);
+  return v;
+}
+
+// What keeps every fp8 kernel from running g, whatever its own limits (empty when nothing does): the K blocks they
+// step through, fp8 operands at 16-byte aligned addresses, and the output dtypes they store.
+inline const char* fp8_args_unsupported(const Fp8GemmArgs& g) {
+  const auto fp8 = [](DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; };
+  if (g.D % 128 != 0) return "the reduced dimension is not a multiple of 128";
+  if (!fp8(g.lhs_dtype) || !fp8(g.rhs_dtype)) return "operands are not fp8";
+  if (reinterpret_cast<uintptr_t>(g.lhs) % 16 || reinterpret_cast<uintptr_t>(g.rhs) % 16)
+    return "operands not 16-byte aligned";
+  if (!is_high_precision(g.out_dtype)) return "output dtype is not f32/bf16/f16";
+  return "";
+}
 
 }  // namespace te::cuda

@@ -71,11 +71,8 @@ __device__ __forceinline__ void mma_fp8(float (&d)[4], const uint32_t (&a)[4], u
 }
 
 __device__ __forceinline__ void store_result(const StreamingGemm& g, float factor, int64_t row, int64_t col, float v) {
-  v *= factor;
   const int64_t o = row * g.Q + col;
-  if (g.bias) v += load_f32(g.bias, g.bias_dtype, col);
-  if (g.accumulate) v += load_f32(g.out, g.out_dtype, o);
-  store_f32(g.out, g.out_dtype, o, v);
+  store_f32(g.out, g.out_dtype, o, epilogue_value(g, factor, o, col, v));
 }
 
 template <int NT, bool kBlockScaled, Types T>
@@ -269,22 +266,15 @@ void launch_rows(const StreamingGemm& g, Types types, cudaStream_t s) {
   }
 }
 
-bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
-
 }  // namespace
 
 const char* streaming_gemm_unsupported(const StreamingGemm& g) {
   if (g.P < 1 || g.P > StreamingGemm::kMaxRows) return "more than 64 output rows";
-  if (g.D % StreamingGemm::kBlockK != 0) return "the reduced dimension is not a multiple of 128";
-  if (!is_fp8(g.lhs_dtype) || !is_fp8(g.rhs_dtype)) return "operands are not fp8";
+  if (const char* why = fp8_args_unsupported(g); *why) return why;
   if (g.lhs_dtype == DType::fp8_e5m2 && g.rhs_dtype == DType::fp8_e5m2) return "E5M2 × E5M2";
   if (g.lhs_kind == Fp8ScaleLayout::blk128) return "the small operand has 128x128 scales";
   if ((g.lhs_kind == Fp8ScaleLayout::per_tensor) != (g.rhs_kind == Fp8ScaleLayout::per_tensor))
     return "per-tensor and block scales mixed";
-  if (reinterpret_cast<uintptr_t>(g.lhs) % 16 || reinterpret_cast<uintptr_t>(g.rhs) % 16)
-    return "operands not 16-byte aligned";
-  if (g.out_dtype != DType::f32 && g.out_dtype != DType::bf16 && g.out_dtype != DType::f16)
-    return "output dtype is not f32/bf16/f16";
   return "";
 }
 

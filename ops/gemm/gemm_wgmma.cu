@@ -1,10 +1,11 @@
 // See gemm_wgmma.h.
 //
-// Shared memory: a ring of kStages stages, each a 128 × 128-byte K block of lhs rows, the same of rhs rows (both
-// TMA boxes with the 128-byte swizzle, 1024-byte aligned, which is what the wgmma descriptors read), and their
-// scales (128 lhs rows, then one rhs tile scale or 128 rhs row scales); then a "full" and an "empty" barrier per
-// stage (ops/gemm/tma_pipeline.cuh). Warpgroup 0 is the producer: its first warp copies scales (every lane) and
-// issues the two TMA loads (lane 0); its registers go to the consumers. Warpgroups 1 and 2 are the consumers.
+// Shared memory, 1024-byte aligned: a ring of kStages stages, each a 128 × 128-byte K block of lhs rows and the same
+// of rhs rows (TMA boxes with the 128-byte swizzle, which is what the wgmma descriptors read); the bf16 output tile
+// the TMA store reads; each stage's scales (128 lhs rows, then one rhs tile scale or 128 rhs row scales); then a
+// "full" and an "empty" barrier per stage (ops/gemm/tma_pipeline.cuh). Warpgroup 0 is the producer: its first warp
+// copies scales (every lane) and issues the two TMA loads (lane 0); its registers go to the consumers. Warpgroups 1 and
+// 2 are the consumers.
 //
 // Tiles are walked in groups of kGroupRows row tiles, column by column inside a group, so the CTAs running at once
 // share a few lhs row blocks and rhs column blocks in L2 instead of sweeping all of lhs for every column.
@@ -85,19 +86,12 @@ __device__ __forceinline__ UnitOrigin unit_origin(int64_t u, int64_t m_units, in
 // The 128 threads of consumer warpgroup c (barrier 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
-// out[row, col], out[row, col + 1] = alpha · v [+ bias] [+ out], as the streaming kernel and cuBLASLt order it.
+// out[row, col] and, inside the matrix, out[row, col + 1] through the fp8 epilogue (epilogue_value).
 __device__ __forceinline__ void store_pair(const WgmmaGemm& g, int64_t row, int64_t col, float v0, float v1) {
   const bool second = col + 1 < g.Q;
-  v0 *= g.alpha, v1 *= g.alpha;
   const int64_t o = row * g.Q + col;
-  if (g.bias) {
-    v0 += load_f32(g.bias, g.bias_dtype, col);
-    if (second) v1 += load_f32(g.bias, g.bias_dtype, col + 1);
-  }
-  if (g.accumulate) {
-    v0 += load_f32(g.out, g.out_dtype, o);
-    if (second) v1 += load_f32(g.out, g.out_dtype, o + 1);
-  }
+  v0 = epilogue_value(g, g.alpha, o, col, v0);
+  if (second) v1 = epilogue_value(g, g.alpha, o + 1, col + 1, v1);
   if (second && (o & 1) == 0 && g.out_dtype == DType::bf16) {
     *reinterpret_cast<__nv_bfloat162*>(static_cast<uint16_t*>(g.out) + o) = __floats2bfloat162_rn(v0, v1);
   } else if (second && (o & 1) == 0 && g.out_dtype == DType::f32) {
@@ -238,13 +232,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int r = 16 * warp + lane / 4;
 #pragma unroll
         for (int i = 0; i < 64; i += 2) {
-          const int q = col + 8 * (i >> 2);
-          float v0 = total[i] * g.alpha, v1 = total[i + 1] * g.alpha;
-          if (g.bias && n0 + q < g.Q) {
-            v0 += load_f32(g.bias, g.bias_dtype, n0 + q);
-            v1 += load_f32(g.bias, g.bias_dtype, n0 + q + 1);
-          }
           const int rr = r + 8 * ((i >> 1) & 1), chunk = (i >> 2) & 7;
+          const int64_t q = n0 + col + 8 * (i >> 2), o = (m0 + 64 * c + rr) * g.Q + q;
+          float v0 = total[i], v1 = total[i + 1];
+          if (q < g.Q) {  // past the last column the TMA store writes nothing (no accumulation on this path)
+            v0 = epilogue_value(g, g.alpha, o, q, v0);
+            v1 = epilogue_value(g, g.alpha, o + 1, q + 1, v1);
+          }
           uint8_t* p = mine + (i >> 5) * (kOutBytes / 4) + rr * 128 + ((chunk ^ (rr & 7)) << 4) + 4 * (lane % 4);
           *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
         }
@@ -269,8 +263,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // No CTA leaves while another may still multicast into it or arrive on its barriers.
   if constexpr (C::kSize > 1) cluster::sync();
 }
-
-bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
 
 void launch(const WgmmaGemm& g, cudaStream_t stream) {
   constexpr int CM = kClusterM, CN = kClusterN;
@@ -311,17 +303,12 @@ void launch(const WgmmaGemm& g, cudaStream_t stream) {
 
 const char* wgmma_gemm_unsupported(const WgmmaGemm& g) {
   if (g.P < 1 || g.Q < 1) return "an empty output";
-  if (g.D < WgmmaGemm::kBlockK || g.D % WgmmaGemm::kBlockK != 0)
-    return "the reduced dimension is not a multiple of 128";
-  if (!is_fp8(g.lhs_dtype) || !is_fp8(g.rhs_dtype)) return "operands are not fp8";
+  if (g.D < WgmmaGemm::kBlockK) return "the reduced dimension is not a multiple of 128";
+  if (const char* why = fp8_args_unsupported(g); *why) return why;
   if (g.lhs_dtype != DType::fp8_e4m3 || g.rhs_dtype != DType::fp8_e4m3) return "E5M2 operands (only E4M3 × E4M3)";
   if (g.lhs_kind != Fp8ScaleLayout::vec128) return "the left operand is not in 1x128 blocks";
   if (g.rhs_kind == Fp8ScaleLayout::per_tensor) return "per-tensor scales";
-  if (reinterpret_cast<uintptr_t>(g.lhs) % 16 || reinterpret_cast<uintptr_t>(g.rhs) % 16)
-    return "operands not 16-byte aligned";
   if (g.P > (int64_t(1) << 31) || g.Q > (int64_t(1) << 31) || g.D > (int64_t(1) << 31)) return "a dimension past 2^31";
-  if (g.out_dtype != DType::f32 && g.out_dtype != DType::bf16 && g.out_dtype != DType::f16)
-    return "output dtype is not f32/bf16/f16";
   return "";
 }
 

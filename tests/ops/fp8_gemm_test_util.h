@@ -1,9 +1,13 @@
-// Helpers shared by the fp8 GEMM kernel tests: operands quantized the way the recipes quantize them, and a float64
-// fprop of the dequantized copies with the GEMM epilogue.
+// Helpers shared by the fp8 GEMM kernel tests: operands quantized the way the recipes quantize them, a float64
+// fprop of the dequantized copies with the GEMM epilogue, and the epilogue check every kernel runs.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <vector>
 
 #include "engine/tensor.h"
+#include "ops/gemm/gemm.h"
+#include "ops/ops_test_util.h"
 #include "ops/quant/quantizer.h"
 
 namespace te::test {
@@ -33,6 +37,28 @@ inline std::vector<double> fprop_reference(const QuantizedTensor& qx, const Quan
       out[size_t(r * Q + c)] = v;
     }
   return out;
+}
+
+inline std::vector<double> as_f64(const Tensor& t) {
+  const auto v = t.to_f32_vector();
+  return {v.begin(), v.end()};
+}
+
+// The epilogue on the kernel `epi` names: bf16 out (seeded c0) += 0.5 · x·Wᵀ + bias (seeded), against float64.
+inline void expect_fprop_epilogue(const QuantizedTensor& qx, const QuantizedTensor& qw, int64_t P, int64_t Q, int64_t D,
+                                  GemmOptions epi, GemmContext& ctx, uint64_t seed) {
+  const Device dev = qx.device();
+  const Tensor bias = random_2d(1, Q, DType::bf16, seed, Device::cpu(), Layout::contiguous).reshape({Q});
+  const Tensor c0 = random_2d(P, Q, DType::bf16, seed + 1, Device::cpu(), Layout::contiguous);
+  epi.out_dtype = DType::bf16;
+  epi.alpha = 0.5f;
+  epi.accumulate = true;
+  epi.bias = bias.to(dev);
+  Tensor out = c0.to(dev);
+  gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
+  EXPECT_LE(
+      rel_l2(fprop_reference(qx, qw, P, Q, D, 0.5, bias.to_f32_vector(), c0.to_f32_vector()), out.to_f32_vector()),
+      kTolBF16);
 }
 
 }  // namespace te::test

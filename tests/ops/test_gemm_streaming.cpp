@@ -66,25 +66,13 @@ TEST_P(GemmStreaming, MatchesFloat64OfDequantizedOperands) {
   EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));
 
   // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias.
-  const Tensor bias = test::random_2d(1, p.Q, DType::bf16, 33, Device::cpu(), Layout::contiguous).reshape({p.Q});
-  const Tensor c0 = test::random_2d(p.P, p.Q, DType::bf16, 34, Device::cpu(), Layout::contiguous);
-  GemmOptions epi = opts;
-  epi.out_dtype = DType::bf16;
-  epi.alpha = 0.5f;
-  epi.accumulate = true;
-  epi.bias = bias.to(gpu);
-  Tensor out = c0.to(gpu);
-  gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
-  EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 0.5, bias.to_f32_vector(), c0.to_f32_vector()),
-                         out.to_f32_vector()),
-            test::kTolBF16);
+  test::expect_fprop_epilogue(qx, qw, p.P, p.Q, p.D, opts, ctx, 33);
 
   // And it agrees with cuBLASLt on the same bytes (bf16 outputs).
   GemmOptions lt = opts;
   lt.kernel = GemmKernel::cublaslt;
   const Tensor via_lt = gemm(qx, qw, GemmRole::fprop, lt, ctx);
-  const auto l = via_lt.to_f32_vector();
-  EXPECT_LE(test::rel_l2(std::vector<double>(l.begin(), l.end()), got.to_f32_vector()), test::kTolBF16);
+  EXPECT_LE(test::rel_l2(test::as_f64(via_lt), got.to_f32_vector()), test::kTolBF16);
 }
 
 std::string name(const ::testing::TestParamInfo<Param>& info) {
@@ -118,8 +106,7 @@ TEST(GemmStreamingRoles, DgradMatchesCublasLt) {
   EXPECT_EQ(ctx.stats().streaming_calls, 1);
   opts.kernel = GemmKernel::cublaslt;
   const Tensor want = gemm(qdy, qw, GemmRole::dgrad, opts, ctx);
-  const auto v = want.to_f32_vector();
-  EXPECT_LE(test::rel_l2(std::vector<double>(v.begin(), v.end()), got.to_f32_vector()), 1e-3);
+  EXPECT_LE(test::rel_l2(test::as_f64(want), got.to_f32_vector()), 1e-3);
 }
 
 TEST(GemmStreamingRoles, ChosenAutomaticallyForFewRowsAndClearRefusals) {

@@ -50,11 +50,6 @@ GemmOptions wgmma_opts(GemmKernel k, DType out) {
   return o;
 }
 
-std::vector<double> wgmma_f64(const Tensor& t) {
-  const auto v = t.to_f32_vector();
-  return {v.begin(), v.end()};
-}
-
 // Against float64: Hopper's fp8 tensor cores add the products of one 128-wide K block with fewer than f32's bits
 // (measured 1.2–1.3e-4 relative, about 2^-13), which the per-block promotion into f32 bounds; cuBLASLt's
 // block-scaled kernels do the same, so against cuBLASLt the bytes must be equal.
@@ -78,20 +73,10 @@ TEST_P(GemmWgmma, MatchesFloat64AndCublasLt) {
   const Tensor again = gemm(qx, qw, GemmRole::fprop, wgmma_opts(GemmKernel::wgmma, DType::f32), ctx);
   EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));  // no atomics, no split K: deterministic
   const Tensor lt = gemm(qx, qw, GemmRole::fprop, wgmma_opts(GemmKernel::cublaslt, DType::f32), ctx);
-  EXPECT_EQ(test::bytes_of(got), test::bytes_of(lt)) << "rel_l2 " << test::rel_l2(wgmma_f64(lt), g);
+  EXPECT_EQ(test::bytes_of(got), test::bytes_of(lt)) << "rel_l2 " << test::rel_l2(test::as_f64(lt), g);
 
   // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias.
-  const Tensor bias = test::random_2d(1, p.Q, DType::bf16, 63, Device::cpu(), Layout::contiguous).reshape({p.Q});
-  const Tensor c0 = test::random_2d(p.P, p.Q, DType::bf16, 64, Device::cpu(), Layout::contiguous);
-  GemmOptions epi = wgmma_opts(GemmKernel::wgmma, DType::bf16);
-  epi.alpha = 0.5f;
-  epi.accumulate = true;
-  epi.bias = bias.to(gpu);
-  Tensor out = c0.to(gpu);
-  gemm(qx, qw, GemmRole::fprop, out, epi, ctx);
-  EXPECT_LE(test::rel_l2(test::fprop_reference(qx, qw, p.P, p.Q, p.D, 0.5, bias.to_f32_vector(), c0.to_f32_vector()),
-                         out.to_f32_vector()),
-            test::kTolBF16);
+  test::expect_fprop_epilogue(qx, qw, p.P, p.Q, p.D, wgmma_opts(GemmKernel::wgmma, DType::bf16), ctx, 63);
 }
 
 std::string wgmma_case_name(const ::testing::TestParamInfo<WgmmaParam>& info) {
@@ -124,7 +109,7 @@ TEST(GemmWgmmaRoles, DgradAndWgradMatchCublasLt) {
     const Tensor got = gemm(a, b, role, wgmma_opts(GemmKernel::wgmma, DType::f32), ctx);
     const Tensor want = gemm(a, b, role, wgmma_opts(GemmKernel::cublaslt, DType::f32), ctx);
     EXPECT_EQ(test::bytes_of(got), test::bytes_of(want))
-        << gemm_role_name(role) << ": rel_l2 " << test::rel_l2(wgmma_f64(want), got.to_f32_vector());
+        << gemm_role_name(role) << ": rel_l2 " << test::rel_l2(test::as_f64(want), got.to_f32_vector());
   }
   EXPECT_EQ(ctx.stats().wgmma_calls, 2);
 }
