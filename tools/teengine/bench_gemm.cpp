@@ -163,6 +163,29 @@ struct RawChoice {
   int index = -1;  // of the fastest, in the heuristic's order: 0 is what its first pick would have run
   int timed = 0;   // candidates that ran (an offered algorithm may refuse at launch)
 };
+// The fastest algorithm's configuration, as cuBLASLt's enum values (cublasLt.h names them: cublasLtMatmulTile_t,
+// cublasLtMatmulStages_t, cublasLtClusterShape_t), so a reader can see which tile and cluster shape the baseline runs.
+nlohmann::json algo_config(const cublasLtMatmulAlgo_t& a) {
+  struct Field {
+    const char* name;
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    size_t bytes;  // the attribute's width, as cublasLt.h gives it
+  };
+  const Field fields[] = {{"id", CUBLASLT_ALGO_CONFIG_ID, 4},
+                          {"tile", CUBLASLT_ALGO_CONFIG_TILE_ID, 4},
+                          {"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID, 4},
+                          {"cluster_shape", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2},
+                          {"split_k", CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4},
+                          {"custom_option", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4}};
+  nlohmann::json j;
+  for (const Field& f : fields) {
+    uint32_t v = 0;  // little-endian: a 2-byte field lands in the low half
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&a, f.attr, &v, f.bytes, &written) == CUBLAS_STATUS_SUCCESS) j[f.name] = v;
+  }
+  return j;
+}
+
 // Times every candidate that runs (a short median each) and keeps the fastest in r.algo.
 RawChoice pick_fastest(RawLt& r, const Stream& s) {
   RawChoice c;
@@ -299,6 +322,7 @@ int run_gemm_bench(const GemmBenchArgs& g) {
     rep["raw_algorithms_offered"] = raw.candidates.size();
     rep["raw_algorithms_timed"] = raw_choice.timed;
     rep["raw_algorithm_index"] = raw_choice.index;
+    rep["raw_algorithm_config"] = algo_config(raw.algo);
   }
 #endif
   const double ref_tflops = g.format == "bf16" ? 792 : g.format == "fp8_per_tensor" ? 1333 : 1211;
