@@ -34,11 +34,13 @@ struct Fp8GemmArgs {
 };
 
 // One output of the epilogue every fp8 kernel applies, in cuBLASLt's order: v (its f32 sum) times factor, plus
-// bias[col], plus out[o] when accumulating.
+// bias[col], plus out[o] when accumulating. A store path that never accumulates passes kMayAccumulate = false, which
+// keeps the output load (a dtype switch, inlined once per value) out of its code.
+template <bool kMayAccumulate = true>
 TE_HD float epilogue_value(const Fp8GemmArgs& g, float factor, int64_t o, int64_t col, float v) {
   v *= factor;
   if (g.bias) v += load_f32(g.bias, g.bias_dtype, col);
-  if (g.accumulate) v += load_f32(g.out, g.out_dtype, o);
+  if (kMayAccumulate && g.accumulate) v += load_f32(g.out, g.out_dtype, o);
   return v;
 }
 

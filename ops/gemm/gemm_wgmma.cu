@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int64_t q = n0 + col + 8 * (i >> 2), o = (m0 + 64 * c + rr) * g.Q + q;
           float v0 = total[i], v1 = total[i + 1];
           if (q < g.Q) {  // past the last column the TMA store writes nothing (no accumulation on this path)
-            v0 = epilogue_value(g, g.alpha, o, q, v0);
-            v1 = epilogue_value(g, g.alpha, o + 1, q + 1, v1);
+            v0 = epilogue_value<false>(g, g.alpha, o, q, v0);
+            v1 = epilogue_value<false>(g, g.alpha, o + 1, q + 1, v1);
           }
           uint8_t* p = mine + (i >> 5) * (kOutBytes / 4) + rr * 128 + ((chunk ^ (rr & 7)) << 4) + 4 * (lane % 4);
           *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
