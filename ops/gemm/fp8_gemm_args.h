@@ -33,17 +33,6 @@ struct Fp8GemmArgs {
   int sm_count = 132;
 };
 
-// One output of the epilogue every fp8 kernel applies, in cuBLASLt's order: v (its f32 sum) times factor, plus
-// bias[col], plus out[o] when accumulating. A store path that never accumulates passes kMayAccumulate = false, which
-// keeps the output load (a dtype switch, inlined once per value) out of its code.
-template <bool kMayAccumulate = true>
-TE_HD float epilogue_value(const Fp8GemmArgs& g, float factor, int64_t o, int64_t col, float v) {
-  v *= factor;
-  if (g.bias) v += load_f32(g.bias, g.bias_dtype, col);
-  if (kMayAccumulate && g.accumulate) v += load_f32(g.out, g.out_dtype, o);
-  return v;
-}
-
 // What keeps every fp8 kernel from running g, whatever its own limits (empty when nothing does): the K blocks they
 // step through, fp8 operands at 16-byte aligned addresses, and the output dtypes they store.
 inline const char* fp8_args_unsupported(const Fp8GemmArgs& g) {

@@ -22,6 +22,7 @@
 #include "engine/cuda_check.h"
 #include "engine/element.h"
 #include "ops/attention/warp_mma.cuh"
+#include "ops/gemm/fp8_epilogue.cuh"
 #include "ops/gemm/gemm_streaming.h"
 #include "ops/gemm/tensor_map.h"
 #include "ops/gemm/tma_pipeline.cuh"
@@ -68,11 +69,6 @@ __device__ __forceinline__ void mma_fp8(float (&d)[4], const uint32_t (&a)[4], u
   else
     TE_MMA_FP8("e4m3", "e4m3");
 #undef TE_MMA_FP8
-}
-
-__device__ __forceinline__ void store_result(const StreamingGemm& g, float factor, int64_t row, int64_t col, float v) {
-  const int64_t o = row * g.Q + col;
-  store_f32(g.out, g.out_dtype, o, epilogue_value(g, factor, o, col, v));
 }
 
 template <int NT, bool kBlockScaled, Types T>
@@ -205,7 +201,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
   };
   if (splits == 1) {
-    for_each_output([&](float& v, int64_t p, int64_t q) { store_result(g, factor, p, q, v); });
+    scale_and_bias(g, factor, for_each_output);
+    store_outputs(g, for_each_output);
     return;
   }
   // Split K: publish this CTA's partial sums; the last CTA of the tile adds all of them in split order.
@@ -227,7 +224,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for_each_output([&](float& v, int64_t, int64_t) { v = 0.f; });
   for (int sp = 0; sp < splits; ++sp)
     for_each_output([&](float& v, int64_t p, int64_t q) { v += __ldcg(g.partials + (sp * g.P + p) * g.Q + q); });
-  for_each_output([&](float& v, int64_t p, int64_t q) { store_result(g, factor, p, q, v); });
+  scale_and_bias(g, factor, for_each_output);
+  store_outputs(g, for_each_output);
 }
 
 template <int NT, bool kBlockScaled, Types T>

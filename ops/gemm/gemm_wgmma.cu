@@ -17,6 +17,7 @@
 #include "engine/cuda_check.h"
 #include "engine/element.h"
 #include "ops/gemm/cluster.cuh"
+#include "ops/gemm/fp8_epilogue.cuh"
 #include "ops/gemm/gemm_wgmma.h"
 #include "ops/gemm/tensor_map.h"
 #include "ops/gemm/tma_pipeline.cuh"
@@ -86,19 +87,28 @@ __device__ __forceinline__ UnitOrigin unit_origin(int64_t u, int64_t m_units, in
 // The 128 threads of consumer warpgroup c (barrier 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
-// out[row, col] and, inside the matrix, out[row, col + 1] through the fp8 epilogue (epilogue_value).
-__device__ __forceinline__ void store_pair(const WgmmaGemm& g, int64_t row, int64_t col, float v0, float v1) {
-  const bool second = col + 1 < g.Q;
-  const int64_t o = row * g.Q + col;
-  v0 = epilogue_value(g, g.alpha, o, col, v0);
-  if (second) v1 = epilogue_value(g, g.alpha, o + 1, col + 1, v1);
-  if (second && (o & 1) == 0 && g.out_dtype == DType::bf16) {
-    *reinterpret_cast<__nv_bfloat162*>(static_cast<uint16_t*>(g.out) + o) = __floats2bfloat162_rn(v0, v1);
-  } else if (second && (o & 1) == 0 && g.out_dtype == DType::f32) {
-    *reinterpret_cast<float2*>(static_cast<float*>(g.out) + o) = make_float2(v0, v1);
-  } else {
-    store_f32(g.out, g.out_dtype, o, v0);
-    if (second) store_f32(g.out, g.out_dtype, o + 1, v1);
+// store_outputs (fp8_epilogue.cuh) for a consumer's 64 sums, value i at row row0 + 8 · ((i / 2) % 2) and column
+// col0 + 8 · (i / 4) + i % 2, with each pair of columns as one 4- or 8-byte store where aligned.
+template <DType kOut>
+__device__ __forceinline__ void store_fragment(const WgmmaGemm& g, const float (&t)[64], int64_t row0, int64_t col0) {
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) {
+    const int64_t r = row0 + 8 * ((i >> 1) & 1), q = col0 + 8 * (i >> 2), o = r * g.Q + q;
+    if (r >= g.P || q >= g.Q) continue;
+    const bool second = q + 1 < g.Q;
+    float v0 = t[i], v1 = t[i + 1];
+    if (g.accumulate) {
+      v0 += load_f32(g.out, kOut, o);
+      if (second) v1 += load_f32(g.out, kOut, o + 1);
+    }
+    if (second && (o & 1) == 0 && kOut == DType::bf16) {
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<uint16_t*>(g.out) + o) = __floats2bfloat162_rn(v0, v1);
+    } else if (second && (o & 1) == 0 && kOut == DType::f32) {
+      *reinterpret_cast<float2*>(static_cast<float*>(g.out) + o) = make_float2(v0, v1);
+    } else {
+      store_f32(g.out, kOut, o, v0);
+      if (second) store_f32(g.out, kOut, o + 1, v1);
+    }
   }
 }
 
@@ -224,6 +234,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (++s == kStages) s = 0, phase ^= 1;
       }
       const bool in_bounds = m0 < g.P && n0 < g.Q;
+      scale_and_bias(g, g.alpha, [&](auto&& fn) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i)
+          if (const int64_t q = n0 + col + 8 * (i >> 2) + (i & 1); q < g.Q)
+            fn(total[i], m0 + row + 8 * ((i >> 1) & 1), q);
+      });
       if (tma_store) {
         // This warpgroup's 64 rows as two 64-column boxes, 128-byte rows, 16-byte chunk k of row r at k ^ (r % 8).
         uint8_t* mine = out_tile + c * (kOutBytes / 2);
@@ -233,14 +249,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 64; i += 2) {
           const int rr = r + 8 * ((i >> 1) & 1), chunk = (i >> 2) & 7;
-          const int64_t q = n0 + col + 8 * (i >> 2), o = (m0 + 64 * c + rr) * g.Q + q;
-          float v0 = total[i], v1 = total[i + 1];
-          if (q < g.Q) {  // past the last column the TMA store writes nothing (no accumulation on this path)
-            v0 = epilogue_value<false>(g, g.alpha, o, q, v0);
-            v1 = epilogue_value<false>(g, g.alpha, o + 1, q + 1, v1);
-          }
           uint8_t* p = mine + (i >> 5) * (kOutBytes / 4) + rr * 128 + ((chunk ^ (rr & 7)) << 4) + 4 * (lane % 4);
-          *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+          *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(total[i], total[i + 1]);
         }
         tma::async_fence();
         warpgroup_sync(c);
@@ -251,11 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma::store_commit();
         }
       } else if (in_bounds) {
-#pragma unroll
-        for (int i = 0; i < 64; i += 2) {
-          const int64_t r = m0 + row + 8 * ((i >> 1) & 1), q = n0 + col + 8 * (i >> 2);
-          if (r < g.P && q < g.Q) store_pair(g, r, q, total[i], total[i + 1]);
-        }
+        with_high_precision(g.out_dtype,
+                            [&](auto t) { store_fragment<decltype(t)::value>(g, total, m0 + row, n0 + col); });
       }
     }
     if (tma_store && t128 == 0) tma::store_wait_all();
