@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -30,9 +31,10 @@ class CliTest : public ::testing::Test {
     const char* exe = std::getenv("TE_TEENGINE");
     if (!exe) GTEST_SKIP() << "TE_TEENGINE not set (meson test sets it)";
     exe_ = exe;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("te_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    // A parameterised test's name holds a '/': one directory per run, not a parent left behind.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = std::filesystem::temp_directory_path() / ("te_cli_" + name + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -22,14 +23,25 @@ namespace fs = std::filesystem;
 
 class OutputSetTest : public ::testing::Test {
  protected:
+  // A threadsafe death test runs the test again from its start in a child process, fixture included: the child takes
+  // the parent's directory from the environment, or what it writes and removes would be where the parent never looks.
+  static constexpr const char* kDirVariable = "TE_TEST_OUTPUT_SET_DIR";
   void SetUp() override {
+    if (const char* parents = std::getenv(kDirVariable)) {
+      dir_ = parents;
+      return;
+    }
     dir_ = fs::temp_directory_path() /
            ("te_output_set_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    ::setenv(kDirVariable, dir_.c_str(), 1);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    ::unsetenv(kDirVariable);
+  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::set<std::string> files() const {
     std::set<std::string> names;
