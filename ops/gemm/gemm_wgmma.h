@@ -3,13 +3,13 @@
 // (weights: fprop, dgrad) or 1x128 blocks (wgrad), E4M3 × E4M3, [+ bias] [+ out]. Its results are cuBLASLt's
 // block-scaled results byte for byte (the same products, promoted per K block in the same order; tested).
 //
-// A persistent CTA per SM walks 128 × 128 output tiles, in clusters of CTAs that share operand blocks through TMA
-// multicast. One producer warp fills a ring of shared-memory stages with TMA (a 128-row K block of each operand and
-// their scales); two consumer warpgroups each multiply 64 of the tile's rows with wgmma (fp8 in, f32 accumulators)
-// and, after each 128-wide K block, add that block's product times its two scales into a third set of f32
-// registers ("split accumulation", as cuBLASLt and the numeric contract do it) while the next block multiplies
-// into the second set. The producer runs ahead into the next tile while the consumers write the previous one out
-// (bf16 tiles through shared memory and a TMA store).
+// A persistent CTA per SM walks 128 × 192 output tiles (128 × 128 where 192 would pad the last columns too much), in
+// clusters of CTAs that can share operand blocks through TMA multicast. One producer warp fills a ring of
+// shared-memory stages with TMA (a 128-wide K block of each operand and their scales); two consumer warpgroups each
+// multiply 64 of the tile's rows with wgmma (fp8 in, f32 accumulators) and, after each K block, add that block's
+// product times its scales into a second set of f32 registers ("split accumulation", as cuBLASLt and the numeric
+// contract do it). The producer runs ahead into the next tile while the consumers write the previous one out (bf16
+// tiles through shared memory and a TMA store).
 #pragma once
 #include <cstdint>
 

@@ -84,20 +84,25 @@ std::string wgmma_case_name(const ::testing::TestParamInfo<WgmmaParam>& info) {
   return std::string(f.name) + "_" + std::to_string(p.P) + "x" + std::to_string(p.Q) + "x" + std::to_string(p.D);
 }
 
-// One tile; row and column tails (300 = 2 · 128 + 44, 520 = 4 · 128 + 8, an odd column count); a single row; more
-// tiles than an H100 or H200 has SMs (16 · 9 = 144), so CTAs run several tiles through the same ring.
+// One tile; row and column tails (300 = 2 · 128 + 44, 520 = 4 · 128 + 8, an odd column count); a single row. 128-column
+// tiles run Q = 128, 203, 131 and 1024; 192-column tiles run 520 (tiles starting on and half-way into a weight-scale
+// block), 1152 and 832, whose last tile's second and third 64-column store boxes lie wholly past the matrix. Both
+// widths also run more tiles than an H100 or H200 has SMs (18 · 8 = 144, 32 · 5 = 160), so CTAs take several tiles
+// through the same ring.
 INSTANTIATE_TEST_SUITE_P(Sweep, GemmWgmma,
                          ::testing::Combine(::testing::ValuesIn(kWgmmaFormats),
                                             ::testing::Values(WgmmaProblem{128, 128, 128}, WgmmaProblem{300, 520, 640},
                                                               WgmmaProblem{1, 203, 256}, WgmmaProblem{129, 131, 384},
-                                                              WgmmaProblem{2048, 1152, 256})),
+                                                              WgmmaProblem{2048, 1152, 256},
+                                                              WgmmaProblem{2304, 1024, 256},
+                                                              WgmmaProblem{4096, 832, 256})),
                          wgmma_case_name);
 
 // dgrad (W's column-wise 128x128 copy) and wgrad (both column-wise 1x128 copies) against cuBLASLt.
 TEST(GemmWgmmaRoles, DgradAndWgradMatchCublasLt) {
   TE_REQUIRE_HOPPER();
   const Device gpu = Device::cuda(0);
-  const int64_t M = 384, N = 256, K = 640;
+  const int64_t M = 384, N = 256, K = 768;  // outputs of 768 columns: 192-column tiles
   const Tensor dy = test::random_2d(M, N, DType::bf16, 71, Device::cpu(), Layout::contiguous);
   const Tensor x = test::random_2d(M, K, DType::bf16, 72, Device::cpu(), Layout::contiguous);
   const Tensor w = test::random_2d(N, K, DType::bf16, 73, Device::cpu(), Layout::contiguous, 0.05f);
