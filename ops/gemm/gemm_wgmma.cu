@@ -222,9 +222,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t u = first_unit; u < units; u += unit_stride) {
       int64_t m0, n0;
       tile_of(u, m0, n0);
-      float total[kAcc], acc[kAcc];
+      float total[kAcc], acc[kAcc];  // acc: each K block's first MMA overwrites it
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) total[i] = 0.f, acc[i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) total[i] = 0.f;
       // A 192-wide tile starts on or half-way into a 128-wide rhs scale block: columns before `split` take the first
       // tile scale, the others the second.
       const int split = kScaleBlock - int(n0 % kScaleBlock);
@@ -233,13 +233,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t a = bulk::smem_addr(ring + s * kStageBytes + 64 * c * kBlockK);
         const uint32_t b = bulk::smem_addr(ring + s * kStageBytes + kTileM * kBlockK);
         wgmma::fence();
+        wgmma::mma_m64k32<TN, false>(acc, wgmma::sw128_desc(a), wgmma::sw128_desc(b));
 #pragma unroll
-        for (int k = 0; k < kBlockK / 32; ++k)
-          if constexpr (TN == 128)
-            wgmma::mma_m64n128k32<false, false>(acc, wgmma::sw128_desc(a + 32 * k), wgmma::sw128_desc(b + 32 * k),
-                                                k > 0);
-          else
-            wgmma::mma_m64n192k32(acc, wgmma::sw128_desc(a + 32 * k), wgmma::sw128_desc(b + 32 * k), k > 0);
+        for (int k = 1; k < kBlockK / 32; ++k)
+          wgmma::mma_m64k32<TN, true>(acc, wgmma::sw128_desc(a + 32 * k), wgmma::sw128_desc(b + 32 * k));
         wgmma::commit();
         wgmma::wait<0>();
         const float* slot = scales + s * kScaleFloats;
