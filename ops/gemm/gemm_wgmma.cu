@@ -95,21 +95,22 @@ __device__ __forceinline__ UnitOrigin unit_origin(int64_t u, int64_t m_units, in
 // The 128 threads of consumer warpgroup c (barrier 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
-// total += acc · f[rhs scale][row half]: accumulators of the column blocks i / 4 < kSplit take the first rhs tile
+// total += acc · f[rhs scale][row half]: accumulators in the tile's columns before kSplit take the first rhs tile
 // scale, the others the second.
 template <int kAcc, int kSplit>
 __device__ __forceinline__ void promote(float (&total)[kAcc], const float (&acc)[kAcc], const float (&f)[2][2]) {
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) total[i] = fmaf(acc[i], f[(i >> 2) < kSplit ? 0 : 1][(i >> 1) & 1], total[i]);
+  for (int i = 0; i < kAcc; ++i)
+    total[i] = fmaf(acc[i], f[wgmma::acc_col(i) < kSplit ? 0 : 1][wgmma::acc_row(i) / 8], total[i]);
 }
 
-// store_outputs (fp8_epilogue.cuh) for a consumer's N sums, value i at row row0 + 8 · ((i / 2) % 2) and column
-// col0 + 8 · (i / 4) + i % 2, with each pair of columns as one 4- or 8-byte store where aligned.
+// store_outputs (fp8_epilogue.cuh) for a consumer's N sums, value i at row row0 + acc_row(i) and column
+// col0 + acc_col(i) (wgmma.cuh), with each pair of columns as one 4- or 8-byte store where aligned.
 template <DType kOut, int N>
 __device__ __forceinline__ void store_fragment(const WgmmaGemm& g, const float (&t)[N], int64_t row0, int64_t col0) {
 #pragma unroll
   for (int i = 0; i < N; i += 2) {
-    const int64_t r = row0 + 8 * ((i >> 1) & 1), q = col0 + 8 * (i >> 2), o = r * g.Q + q;
+    const int64_t r = row0 + wgmma::acc_row(i), q = col0 + wgmma::acc_col(i), o = r * g.Q + q;
     if (r >= g.P || q >= g.Q) continue;
     const bool second = q + 1 < g.Q;
     float v0 = t[i], v1 = t[i + 1];
@@ -217,8 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Consumer c multiplies rows 64c .. 64c + 63 of each tile.
     wgmma::grow_registers<kConsumerRegs>();
     const int c = wg - 1, t128 = threadIdx.x - 128 * wg, warp = t128 / 32, lane = t128 % 32;
-    const int row = 64 * c + 16 * warp + lane / 4;  // of accumulators i with (i / 2) % 2 == 0; + 8 for the others
-    const int col = 2 * (lane % 4);                 // of accumulator 0; + 8 · (i / 4) + i % 2
+    const int row = 64 * c + 16 * warp + lane / 4;  // of accumulator 0; accumulator i's is + acc_row(i)
+    const int col = 2 * (lane % 4);                 // of accumulator 0; accumulator i's is + acc_col(i)
     for (int64_t u = first_unit; u < units; u += unit_stride) {
       int64_t m0, n0;
       tile_of(u, m0, n0);
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kRhsRowScales) {
 #pragma unroll
           for (int i = 0; i < kAcc; ++i)
-            total[i] = fmaf(acc[i], sa[(i >> 1) & 1] * slot[kTileM + 8 * (i >> 2) + col + (i & 1)], total[i]);
+            total[i] = fmaf(acc[i], sa[wgmma::acc_row(i) / 8] * slot[kTileM + col + wgmma::acc_col(i)], total[i]);
           __syncwarp();
           if (lane == 0) cl.release(&empty[s]);
         } else {
@@ -253,9 +254,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (lane == 0) cl.release(&empty[s]);
           const float f[2][2] = {{sa[0] * sb[0], sa[1] * sb[0]}, {sa[0] * sb[1], sa[1] * sb[1]}};
           if (TN == 128 || split == kScaleBlock)
-            promote<kAcc, kScaleBlock / 8>(total, acc, f);
+            promote<kAcc, kScaleBlock>(total, acc, f);
           else
-            promote<kAcc, kScaleBlock / 16>(total, acc, f);
+            promote<kAcc, kScaleBlock / 2>(total, acc, f);
         }
         if (++s == kStages) s = 0, phase ^= 1;
       }
@@ -263,8 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       scale_and_bias(g, g.alpha, [&](auto&& fn) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i)
-          if (const int64_t q = n0 + col + 8 * (i >> 2) + (i & 1); q < g.Q)
-            fn(total[i], m0 + row + 8 * ((i >> 1) & 1), q);
+          if (const int64_t q = n0 + col + wgmma::acc_col(i); q < g.Q) fn(total[i], m0 + row + wgmma::acc_row(i), q);
       });
       if (tma_store) {
         // This warpgroup's 64 rows as TN / 64 boxes of 64 columns, 128-byte rows, 16-byte chunk k of row r at
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int r = 16 * warp + lane / 4;
 #pragma unroll
         for (int i = 0; i < kAcc; i += 2) {
-          const int rr = r + 8 * ((i >> 1) & 1), chunk = (i >> 2) & 7;
+          const int rr = r + wgmma::acc_row(i), chunk = (i >> 2) & 7;
           uint8_t* p = mine + (i >> 5) * kBoxBytes + rr * 128 + ((chunk ^ (rr & 7)) << 4) + 4 * (lane % 4);
           *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(total[i], total[i + 1]);
         }

@@ -15,6 +15,11 @@
 
 namespace te::cuda::wgmma {
 
+// Where accumulator i of a thread lies relative to the thread's accumulator 0 in the layout above: acc_row(i) rows
+// down (0 or 8), acc_col(i) columns right.
+__device__ __forceinline__ constexpr int acc_row(int i) { return 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ constexpr int acc_col(int i) { return 8 * (i >> 2) + (i & 1); }
+
 // Descriptor of a K-major tile with the 128-byte swizzle starting at shared address `addr` (1024-byte aligned atoms).
 // Its low 14 bits hold the address in 16-byte units, so the descriptor of addr + d (d a multiple of 16, the sum still
 // inside shared memory) is the descriptor plus d / 16.
