@@ -57,4 +57,11 @@ TE_HD void store_f32(void* base, DType t, int64_t i, float v) {
   }
 }
 
+// v as a store to dtype t followed by a load gives it back (rounded, saturated or truncated as t stores).
+TE_HD float round_as(DType t, float v) {
+  uint64_t bits = 0;
+  store_f32(&bits, t, 0, v);
+  return load_f32(&bits, t, 0);
+}
+
 }  // namespace te

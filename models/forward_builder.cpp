@@ -88,7 +88,8 @@ Attrs ForwardBuilder::attrs(const ParallelLinear& l, bool quantized) const {
   return a;
 }
 
-std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, const std::shared_ptr<ParallelLinear>& next) {
+std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, const std::shared_ptr<ParallelLinear>& next,
+                                                int residual) {
   const std::string act_name(act_kind_name(act));
   if (!(next && next->fuses_activation_quantize()))
     return {b.add1(model_op(ModelOp::act), {h}, {{"act", act_name}}, next ? linear_name(*next) + ".act" : "act"),
@@ -98,7 +99,7 @@ std::pair<int, bool> ForwardBuilder::activation(ActKind act, int h, const std::s
   const int q = b.add1(model_op(ModelOp::act_quantize), {h}, attrs(*next, true).set("act", act_name),
                        linear_name(*next) + ".act_quantize");
   b.set_node_state(nullptr);
-  return {linear(next, q), true};
+  return {linear(next, q, residual), true};
 }
 
 int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& name) {
@@ -116,14 +117,14 @@ int ForwardBuilder::attention(const LayerSpec& l, int qkv, const std::string& na
   return b.add(model_op(ModelOp::attention), {qkv}, attn, name, {"out", "lse"})[0];
 }
 
-int ForwardBuilder::linear(const std::shared_ptr<ParallelLinear>& layer, int h) {
+int ForwardBuilder::linear(const std::shared_ptr<ParallelLinear>& layer, int h, int residual) {
   b.set_node_state(layer);  // every node of the layer owns a share of it
-  const int out = linear_nodes(*layer, h);
+  const int out = linear_nodes(*layer, h, residual);
   b.set_node_state(nullptr);
   return out;
 }
 
-int ForwardBuilder::linear_nodes(const ParallelLinear& l, int h) {
+int ForwardBuilder::linear_nodes(const ParallelLinear& l, int h, int residual) {
   const std::string name = linear_name(l);
   const ParallelLinear::Params& p = l.params();
   const Attrs base = attrs(l, false), quantized = attrs(l, true);
@@ -151,6 +152,10 @@ int ForwardBuilder::linear_nodes(const ParallelLinear& l, int h) {
   if (training && l.grad_quantizer())
     gemm.set("grad_format", std::string(quant_format_name(l.grad_quantizer()->config().format)));
   if (column) return b.add1(model_op(ModelOp::column_gemm), gemm_in, gemm, name);
+  if (residual >= 0) {
+    gemm_in.insert(gemm_in.begin() + 2, residual);
+    return b.add1(model_op(ModelOp::row_gemm_residual), gemm_in, gemm, name);
+  }
   const int partial = b.add1(model_op(ModelOp::row_gemm), gemm_in, gemm, name);
   if (ctx.world() == 1) return partial;
   return b.add1(model_op(ModelOp::reduce), {partial}, gemm.set("sp", ctx.sequence_parallel),
@@ -161,10 +166,14 @@ int ForwardBuilder::model(RankModel& m, int x) {
   for (size_t li = 0; li < m.layers().size(); ++li) {
     for (size_t bi = 0; bi < m.layers()[li].size(); ++bi) {
       RankModel::BranchStages& stages = m.layers()[li][bi];
+      // Inference at tp 1: a branch that ends in a row layer adds x in that layer's GEMM node.
+      const bool fuse_residual = !training && ctx.world() == 1 && !stages.empty() && stages.back().linear &&
+                                 stages.back().linear->mode() == ParallelMode::row;
+      const auto residual_at = [&](size_t stage) { return fuse_residual && stage + 1 == stages.size() ? x : -1; };
       int h = x;
       for (size_t i = 0; i < stages.size(); ++i) {
         if (stages[i].linear) {
-          h = linear(stages[i].linear, h);
+          h = linear(stages[i].linear, h, residual_at(i));
           continue;
         }
         if (stages[i].attention) {
@@ -172,9 +181,13 @@ int ForwardBuilder::model(RankModel& m, int x) {
           continue;
         }
         const std::shared_ptr<ParallelLinear> next = i + 1 < stages.size() ? stages[i + 1].linear : nullptr;
-        const auto [out, consumed_next] = activation(*stages[i].act, h, next);
+        const auto [out, consumed_next] = activation(*stages[i].act, h, next, residual_at(i + 1));
         h = out;
         i += consumed_next ? 1 : 0;
+      }
+      if (fuse_residual) {
+        x = h;
+        continue;
       }
       x = b.add1(model_op(ModelOp::residual_add), {x, h}, {}, TE_STR_("layers." << li << ".residual" << bi));
     }

@@ -1,10 +1,12 @@
 // Appends a rank's forward to a graph with the model op kinds (models/model_ops.h), one stage at a time; the nodes
-// of each linear layer own a share of its ParallelLinear (Node::state). The inference graph (models/model_graph.h) and the training graph
-// (models/train_graph.h) build the same forward through it; training binds the fp32 masters as the parameters (their
-// gradients are what autograd builds) and records each linear's gradient format for the backward rules.
+// of each linear layer own a share of its ParallelLinear (Node::state). The inference graph (models/model_graph.h) and
+// the training graph (models/train_graph.h) build the same forward through it; training binds the fp32 masters as the
+// parameters (their gradients are what autograd builds) and records each linear's gradient format for the backward
+// rules.
 //
 //   x [T/W, H] → per layer, per branch: norm → sp_gather | quantize → column_gemm → act(_quantize) | [rope →]
 //   attention → [quantize →] row_gemm → reduce → + x
+// An inference graph at tp 1 adds x in the row GEMM's node (row_gemm_residual): its epilogue can add it.
 #pragma once
 #include <memory>
 #include <string>
@@ -35,10 +37,12 @@ struct ForwardBuilder {
   int param(const RankParam* p);
   int weight_param(const ParallelLinear& l);
   Attrs attrs(const ParallelLinear& l, bool quantized) const;
-  std::pair<int, bool> activation(ActKind act, int h, const std::shared_ptr<ParallelLinear>& next);
+  std::pair<int, bool> activation(ActKind act, int h, const std::shared_ptr<ParallelLinear>& next, int residual);
   int attention(const LayerSpec& l, int qkv, const std::string& name);
-  int linear(const std::shared_ptr<ParallelLinear>& layer, int h);  // the layer's nodes, owning a share of it
-  int linear_nodes(const ParallelLinear& l, int h);
+  // The layer's nodes, owning a share of it; `residual` (a value id, or -1): added to a row layer's output in its
+  // GEMM's node.
+  int linear(const std::shared_ptr<ParallelLinear>& layer, int h, int residual = -1);
+  int linear_nodes(const ParallelLinear& l, int h, int residual);
 };
 
 // "layers.0.mlp.fc1_weight" → "layers.0.mlp.fc1"; "layers.0.qkv.weight" → "layers.0.qkv".

@@ -10,6 +10,7 @@
 namespace te {
 
 static_assert(find_op(kModelOps, "residual_add") == &kModelOps[static_cast<size_t>(ModelOp::residual_add)]);
+static_assert(find_op(kModelOps, "row_gemm_residual") == &kModelOps[static_cast<size_t>(ModelOp::row_gemm_residual)]);
 static_assert(find_op(kModelOps, "sp_gather") == &kModelOps[static_cast<size_t>(ModelOp::sp_gather)]);
 
 bool model_value_held_by_binding(const Graph& g, const Value& v) {
@@ -76,6 +77,16 @@ std::vector<ValueType> infer_gemm(const Node& n, const std::vector<ValueType>& i
   return {out};
 }
 
+std::vector<ValueType> infer_gemm_residual(const Node& n, const std::vector<ValueType>& in) {
+  TE_CHECK(in.size() == 3 || in.size() == 4, "node '" << n.name << "': takes input, weight, residual[, bias]");
+  TE_CHECK(n.attr<int64_t>("world") == 1, "node '" << n.name << "': the residual joins a whole sum (world 1)");
+  std::vector<ValueType> gemm_in{in[0], in[1]};
+  if (in.size() == 4) gemm_in.push_back(in[3]);
+  const ValueType out = infer_gemm(n, gemm_in)[0];
+  TE_CHECK(in[2] == out, "node '" << n.name << "': residual add of " << in[2].str() << " and " << out.str());
+  return {out};
+}
+
 std::vector<ValueType> infer_act(const Node& n, const std::vector<ValueType>& in) {
   check_2d(n, in[0], "x");
   ValueType out = in[0];
@@ -129,6 +140,10 @@ void run_act_quantize(KernelCall& c) {
 }
 
 void run_row_gemm(KernelCall& c) { linear(c).row_gemm(operand(c, 0), c.outputs[0], *binding(c).ctx, c.stream); }
+
+void run_row_gemm_residual(KernelCall& c) {
+  linear(c).row_gemm(operand(c, 0), c.outputs[0], *binding(c).ctx, c.stream, tensor_input(c, 2));
+}
 
 void run_reduce(KernelCall& c) {
   RankContext& ctx = *binding(c).ctx;

@@ -40,6 +40,7 @@ std::vector<ValueType> infer_norm(const Node& n, const std::vector<ValueType>& i
 std::vector<ValueType> infer_quantize(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_gather(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_gemm(const Node& n, const std::vector<ValueType>& in);
+std::vector<ValueType> infer_gemm_residual(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_act(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_reduce(const Node& n, const std::vector<ValueType>& in);
 std::vector<ValueType> infer_residual(const Node& n, const std::vector<ValueType>& in);
@@ -54,6 +55,7 @@ void run_column_gemm(KernelCall& c);
 void run_act(KernelCall& c);
 void run_act_quantize(KernelCall& c);
 void run_row_gemm(KernelCall& c);
+void run_row_gemm_residual(KernelCall& c);
 void run_reduce(KernelCall& c);
 void run_residual(KernelCall& c);
 void run_rope(KernelCall& c);
@@ -75,15 +77,31 @@ void backward_rope(BackwardBuilder& bb);
 void backward_attention(BackwardBuilder& bb);
 }  // namespace model_ops
 
-enum class ModelOp { norm, norm_quantize, sp_gather, quantize, column_gemm, act, act_quantize, row_gemm, reduce,
-                     residual_add, rope, attention };
+enum class ModelOp {
+  norm,
+  norm_quantize,
+  sp_gather,
+  quantize,
+  column_gemm,
+  act,
+  act_quantize,
+  row_gemm,
+  row_gemm_residual,
+  reduce,
+  residual_add,
+  rope,
+  attention
+};
 
-// Inputs: norm (x, gamma[, beta]); column/row gemm (input, weight[, bias]); the others one value. The backward
-// rules append the op kinds of models/train_ops.h. norm_quantize runs only in inference (training keeps the norm
-// output in high precision for the backward re-gather), so it has no backward. rope (qkv) → qkv turned (attributes
-// heads, kv_heads, head_dim, seq, base, inverse; the backward is rope inverted); attention (qkv) → (out, lse)
-// (attributes heads, kv_heads, head_dim, seq, causal, scale: this rank's heads; ops/attention/attention.h).
-inline constexpr std::array<OpDef, 12> kModelOps{{
+// Inputs: norm (x, gamma[, beta]); column/row gemm (input, weight[, bias]); row_gemm_residual (input, weight,
+// residual[, bias]); the others one value. The backward rules append the op kinds of models/train_ops.h.
+// norm_quantize runs only in inference (training keeps the norm output in high precision for the backward
+// re-gather), so it has no backward; nor has row_gemm_residual, a row GEMM and the residual add after it in one
+// node, which inference graphs at tp 1 use (the GEMM's epilogue adds the residual where its kernel can). rope (qkv) →
+// qkv turned (attributes heads, kv_heads, head_dim, seq, base, inverse; the backward is rope inverted); attention (qkv)
+// → (out, lse) (attributes heads, kv_heads, head_dim, seq, causal, scale: this rank's heads;
+// ops/attention/attention.h).
+inline constexpr std::array<OpDef, 13> kModelOps{{
     {"norm", -1, 1, StreamClass::compute, false, model_ops::infer_norm, model_ops::backward_norm, model_ops::run_norm},
     {"norm_quantize", -1, 1, StreamClass::compute, false, model_ops::infer_quantize, nullptr,
      model_ops::run_norm_quantize},
@@ -98,6 +116,8 @@ inline constexpr std::array<OpDef, 12> kModelOps{{
      model_ops::run_act_quantize},
     {"row_gemm", -1, 1, StreamClass::compute, false, model_ops::infer_gemm, model_ops::backward_row_gemm,
      model_ops::run_row_gemm},
+    {"row_gemm_residual", -1, 1, StreamClass::compute, false, model_ops::infer_gemm_residual, nullptr,
+     model_ops::run_row_gemm_residual},
     {"reduce", 1, 1, StreamClass::comm, false, model_ops::infer_reduce, model_ops::backward_reduce,
      model_ops::run_reduce},
     {"residual_add", 2, 1, StreamClass::compute, false, model_ops::infer_residual, model_ops::backward_residual,

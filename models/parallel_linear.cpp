@@ -129,10 +129,12 @@ bool ParallelLinear::keeps_columnwise_copy(ActKind act, const Shape& pre, const 
          q_input_->can_fuse_activation(pre, ctx.dtype, ctx.device, Usage::both);
 }
 
-Tensor ParallelLinear::fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s) {
+Tensor ParallelLinear::fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s,
+                             const Tensor& residual) {
   GemmOptions opts;
   opts.out_dtype = ctx.dtype;
   if (p_.bias && with_bias) opts.bias = p_.bias->value;
+  opts.residual = residual;
   const GemmOperand w = weight_operand(ctx, s);
   if (!out.defined()) return gemm(in, w, GemmRole::fprop, opts, *ctx.gemm, s);
   gemm(in, w, GemmRole::fprop, out, opts, *ctx.gemm, s);
@@ -145,8 +147,10 @@ Tensor ParallelLinear::column_gemm(const GemmOperand& in, Tensor out, RankContex
 
 // Row-parallel: x [T, N/W] → partial [T, H]. The bias joins rank 0's partial only, so the reduction adds it exactly
 // once (inside the GEMM epilogue, before the output rounding).
-Tensor ParallelLinear::row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s) {
-  return fprop(in, std::move(out), ctx.rank() == 0, ctx, s);
+Tensor ParallelLinear::row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s,
+                                const Tensor& residual) {
+  TE_CHECK(!residual.defined() || ctx.world() == 1, "a residual joins a row GEMM's output only at world size 1");
+  return fprop(in, std::move(out), ctx.rank() == 0, ctx, s, residual);
 }
 
 // partial [T, H] → [T/W, H] summed over the group under SP, [T, H] all-reduced without it (in place).

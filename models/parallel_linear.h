@@ -103,7 +103,9 @@ class ParallelLinear : public NodeState {
     x_col_.reset();
   }
   Tensor column_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);
-  Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s);  // this rank's partial sum
+  // This rank's partial sum; plus `residual` when given (tp 1: the whole sum), after rounding, as add() would.
+  Tensor row_gemm(const GemmOperand& in, Tensor out, RankContext& ctx, const Stream& s,
+                  const Tensor& residual = Tensor());
   Tensor reduce_partial(const Tensor& partial, RankContext& ctx, const Stream& s);       // over the group
 
   // The backward phases: the training graph (models/train_graph.h) runs each as one backward node, with the
@@ -123,7 +125,8 @@ class ParallelLinear : public NodeState {
 
  private:
   GemmOperand weight_operand(RankContext& ctx, const Stream& s);  // the cached quantized weight, or the HP weight
-  Tensor fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s);
+  Tensor fprop(const GemmOperand& in, Tensor out, bool with_bias, RankContext& ctx, const Stream& s,
+               const Tensor& residual = Tensor());
   GemmOperand quantize_local(std::optional<Quantizer>& q, const Tensor& t, Usage usages, RankContext& ctx,
                              const Stream& s);
   void release_saved();  // after backward: the saved activations go back to the allocator at once

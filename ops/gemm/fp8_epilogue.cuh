@@ -53,4 +53,20 @@ __device__ __forceinline__ void store_outputs(const Fp8GemmArgs& g, Each&& each)
   });
 }
 
+// out[row, col] = residual[row, col] + v, v rounded to out's dtype first: the bytes of this GEMM's output followed by
+// add(residual, out) (one f32 add, one rounding).
+template <class Each>
+__device__ __forceinline__ void store_outputs_plus(const Fp8GemmArgs& g, const void* residual, DType residual_dtype,
+                                                   Each&& each) {
+  with_high_precision(g.out_dtype, [&](auto t) {
+    constexpr DType kOut = decltype(t)::value;
+    with_high_precision(residual_dtype, [&](auto r) {
+      each([&](float& v, int64_t row, int64_t col) {
+        const int64_t o = row * g.Q + col;
+        store_f32(g.out, kOut, o, load_f32(residual, decltype(r)::value, o) + round_as(kOut, v));
+      });
+    });
+  });
+}
+
 }  // namespace te::cuda

@@ -2,6 +2,7 @@
 #include "ops/gemm/gemm.h"
 
 #include "engine/error.h"
+#include "ops/elementwise/elementwise.h"
 #include "ops/gemm/gemm_internal.h"
 #include "te_config.h"
 
@@ -146,17 +147,28 @@ void gemm(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out
                           << ") is not supported",
                   "quantize activations and gradients with 1x128 (fp8_block_1d) scales; only weights use 2D");
   }
+  if (opts.residual.defined()) {
+    TE_CHECK_HINT(opts.residual.shape() == out.shape() && is_high_precision(opts.residual.dtype()) &&
+                      opts.residual.device() == dev,
+                  "GEMM " << gemm_role_name(role) << ": residual " << opts.residual.str()
+                          << " should be shaped like out " << out.str() << ", f32/bf16/f16",
+                  "pass the tensor the GEMM's output is added to");
+    TE_CHECK_HINT(!opts.accumulate, "GEMM " << gemm_role_name(role) << ": a residual with accumulate",
+                  "add the residual or accumulate into out, not both");
+  }
   ctx.mutable_stats().calls++;
   if (s.P == 0 || s.Q == 0) return;
+  bool residual_added = false;
   if (dev.is_cpu()) {
     detail::gemm_cpu(a, b, role, out, opts, ctx);
-    return;
-  }
+  } else {
 #if TE_WITH_CUDA
-  detail::gemm_cuda(a, b, role, out, opts, ctx, stream);
+    residual_added = detail::gemm_cuda(a, b, role, out, opts, ctx, stream);
 #else
-  TE_THROW("GEMM on " << dev.str() << " in a build without CUDA", "use device: cpu");
+    TE_THROW("GEMM on " << dev.str() << " in a build without CUDA", "use device: cpu");
 #endif
+  }
+  if (opts.residual.defined() && !residual_added) add(opts.residual, out, Tensor(), out, stream);
 }
 
 Tensor gemm(const GemmOperand& a, const GemmOperand& b, GemmRole role, const GemmOptions& opts, GemmContext& ctx,

@@ -8,7 +8,7 @@
 // `a` and `b` are given in their logical (model) shapes whatever the role; the call picks the copy of a quantized
 // operand the role needs (both copies K-contiguous, "TN", which is the only fp8 layout Hopper runs).
 //
-// out = alpha · op(a, b) [+ bias broadcast over rows] [+ out when accumulate]
+// out = alpha · op(a, b) [+ bias broadcast over rows] [+ out when accumulate] [+ residual after rounding]
 //
 // Operand kinds and what runs:
 //   high precision (f32 / bf16 / f16, both the same dtype, any strides): cuBLASLt in that dtype, f32 accumulation
@@ -92,6 +92,10 @@ struct GemmOptions {
   bool allow_tf32 = false;          // f32 GEMMs only
   std::optional<bool> fast_accum;   // fp8 per-tensor: default true for fprop, false for dgrad/wgrad
   GemmKernel kernel = GemmKernel::automatic;
+  // out = residual + result, the result rounded to out's dtype first: the bytes of this GEMM followed by
+  // add(residual, out). Shaped like out, f32/bf16/f16, on its device; not with accumulate. The weight-streaming
+  // kernel adds it in its epilogue; on every other path add() runs after the GEMM.
+  Tensor residual;
 };
 
 // Per-device GEMM state: the cuBLASLt handle, a persistent workspace and the plan cache (descriptors + algorithm

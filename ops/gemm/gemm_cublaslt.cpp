@@ -454,8 +454,12 @@ bool run_streaming(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs,
                         << "]: the weight-streaming kernel cannot run it: " << why,
                 "leave GemmOptions::kernel automatic (cuBLASLt runs it)");
   GemmContext::Impl& impl = ctx.impl();
-  Tensor bias;
+  Tensor bias, residual;
   fp8_epilogue(g, out, opts, bias, stream);
+  if (opts.residual.defined()) {
+    residual = opts.residual.contiguous(stream);
+    g.residual = residual.data_ptr(), g.residual_dtype = residual.dtype();
+  }
   g.partials = static_cast<float*>(impl.workspace.data_ptr());
   g.partials_floats = ctx.workspace_bytes() / 4;
   g.counters = impl.streaming_counters.data<int>();
@@ -483,7 +487,8 @@ bool run_wgmma(GemmContext& ctx, const TnOperand& lhs, const TnOperand& rhs, Gem
   return true;
 }
 
-void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out,
+// Returns whether the kernel added opts.residual.
+bool run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out,
              const GemmOptions& opts, const Stream& stream) {
   const RoleUsages u = role_usages(role);
   TnOperand lhs = tn_operand(a, u.a, role, "a", stream);  // [P, D]
@@ -496,8 +501,8 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
                 "GEMM " << gemm_role_name(role) << ": E5M2 × E5M2 fp8 GEMM is not supported (" << a.str() << ", "
                         << b.str() << ")",
                 "quantize one operand (the weight or activation) as E4M3");
-  if (run_streaming(ctx, lhs, rhs, role, out, opts, stream)) return;
-  if (run_wgmma(ctx, lhs, rhs, role, out, opts, stream)) return;
+  if (run_streaming(ctx, lhs, rhs, role, out, opts, stream)) return true;
+  if (run_wgmma(ctx, lhs, rhs, role, out, opts, stream)) return false;
   // Hopper fp8 rules: K a multiple of 16 bytes, m and n multiples of 8.
   const int64_t Pp = round_up(P, 8), Qp = round_up(Q, 8), Dp = round_up(std::max<int64_t>(D, 16), 16);
   const bool padded_l = pad_operand(lhs, Pp, Dp, stream);
@@ -525,6 +530,7 @@ void run_fp8(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, GemmR
   call.a_scale = rhs.scale.data_ptr();
   call.b_scale = lhs.scale.data_ptr();
   execute(ctx, call, out, opts, stream);
+  return false;
 }
 
 // ---- emulation: MXFP8 / NVFP4 / mixed formats -----------------------------------------------------------------
@@ -599,7 +605,7 @@ void run_emulated(GemmContext& ctx, const GemmOperand& a, const GemmOperand& b, 
 
 }  // namespace
 
-void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
+bool gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
                GemmContext& ctx, const Stream& stream) {
   set_current_device(out.device());
   const GemmShape s = gemm_shape(a, b, role);
@@ -612,7 +618,7 @@ void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor
       cuda::gemm_add_bias(tmp.data_ptr(), out.dtype(), s.P, s.Q, s.Q, bias.data_ptr(), bias.dtype(), stream);
       if (tmp.storage() != out.storage()) out.copy_from(tmp, stream);
     }
-    return;
+    return false;
   }
   const bool fp8 = [&] {
     if (!a.is_quantized() || !b.is_quantized()) return false;
@@ -626,15 +632,15 @@ void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor
                                                    : "weight-streaming kernel runs fp8 per-tensor or block-scaled")
               << " operands only, not " << a.str() << " × " << b.str(),
       "leave GemmOptions::kernel automatic");
-  if (fp8) {
-    run_fp8(ctx, a, b, role, out, opts, stream);
-  } else if (!a.is_quantized() && !b.is_quantized()) {
+  if (fp8) return run_fp8(ctx, a, b, role, out, opts, stream);
+  if (!a.is_quantized() && !b.is_quantized()) {
     Tensor lhs, rhs;
     role_views(role, as_2d(a.tensor(), stream), as_2d(b.tensor(), stream), lhs, rhs);
     run_hp(ctx, role, lhs, rhs, out, opts, nullptr, stream);
   } else {
     run_emulated(ctx, a, b, role, out, opts, stream);
   }
+  return false;
 }
 
 }  // namespace detail

@@ -49,7 +49,8 @@ GemmShape gemm_shape(const GemmOperand& a, const GemmOperand& b, GemmRole role);
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
               GemmContext& ctx);
 #if TE_WITH_CUDA
-void gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
+// Returns whether the kernel added opts.residual itself (otherwise gemm() adds it after).
+bool gemm_cuda(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
                GemmContext& ctx, const Stream& stream);
 #endif
 

@@ -14,7 +14,8 @@
 // The MMA runs "swapped": its M dimension is the streamed rows (the 16 of a warp), its N dimension the small
 // operand's rows in tiles of 8, so a handful of tokens still fill the tensor core's wide side. Fragments come from
 // the swizzled stages with ldmatrix (four 8×16-byte matrices per load: exactly the m16n8k32 fp8 A fragment, or the
-// B fragments of two 8-row tiles) and go to mma.m16n8k32 in fp8 with fp32 accumulators.
+// B fragments of two 8-row tiles) and go to mma.m16n8k32 in fp8 with fp32 accumulators. The epilogue can add a
+// residual after rounding the output (StreamingGemm::residual), saving the add kernel after the GEMM.
 #include <cuda.h>
 
 #include <algorithm>
@@ -200,9 +201,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (p < g.P && q < g.Q) fn(acc[j][i], p, q);
       }
   };
-  if (splits == 1) {
+  const auto store = [&] {
     scale_and_bias(g, factor, for_each_output);
-    store_outputs(g, for_each_output);
+    if (g.residual)
+      store_outputs_plus(g, g.residual, g.residual_dtype, for_each_output);
+    else
+      store_outputs(g, for_each_output);
+  };
+  if (splits == 1) {
+    store();
     return;
   }
   // Split K: publish this CTA's partial sums; the last CTA of the tile adds all of them in split order.
@@ -224,8 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for_each_output([&](float& v, int64_t, int64_t) { v = 0.f; });
   for (int sp = 0; sp < splits; ++sp)
     for_each_output([&](float& v, int64_t p, int64_t q) { v += __ldcg(g.partials + (sp * g.P + p) * g.Q + q); });
-  scale_and_bias(g, factor, for_each_output);
-  store_outputs(g, for_each_output);
+  store();
 }
 
 template <int NT, bool kBlockScaled, Types T>
@@ -273,6 +279,7 @@ const char* streaming_gemm_unsupported(const StreamingGemm& g) {
   if (g.lhs_kind == Fp8ScaleLayout::blk128) return "the small operand has 128x128 scales";
   if ((g.lhs_kind == Fp8ScaleLayout::per_tensor) != (g.rhs_kind == Fp8ScaleLayout::per_tensor))
     return "per-tensor and block scales mixed";
+  if (g.residual && g.accumulate) return "a residual with accumulate";
   return "";
 }
 

@@ -28,6 +28,11 @@ struct StreamingGemm : Fp8GemmArgs {
   int64_t partials_floats = 0;
   int* counters = nullptr;
   int64_t counters_len = 0;
+
+  // Added to the output after it is rounded to its dtype (store_outputs_plus): [P, Q] contiguous, f32/bf16/f16, or
+  // null. Not with accumulate.
+  const void* residual = nullptr;
+  DType residual_dtype = DType::bf16;
 };
 
 // Why the kernel cannot run this problem (empty when it can).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "ops/elementwise/elementwise.h"
 #include "ops/gemm/gemm.h"
 #include "ops/ops_test_util.h"
 #include "ops/quant/quantizer.h"
@@ -59,6 +60,21 @@ inline void expect_fprop_epilogue(const QuantizedTensor& qx, const QuantizedTens
   EXPECT_LE(
       rel_l2(fprop_reference(qx, qw, P, Q, D, 0.5, bias.to_f32_vector(), c0.to_f32_vector()), out.to_f32_vector()),
       kTolBF16);
+}
+
+// GemmOptions::residual gives the bytes of the plain GEMM (bf16 out, a bias) followed by add(residual, out): the
+// output is rounded before the residual joins it.
+inline void expect_residual_as_add(const GemmOperand& x, const GemmOperand& w, int64_t P, int64_t Q, GemmOptions o,
+                                   GemmContext& ctx, uint64_t seed) {
+  const Device dev = ctx.device();
+  o.out_dtype = DType::bf16;
+  o.bias = random_2d(1, Q, DType::bf16, seed, Device::cpu(), Layout::contiguous).reshape({Q}).to(dev);
+  const Tensor residual = random_2d(P, Q, DType::bf16, seed + 1, Device::cpu(), Layout::contiguous).to(dev);
+  const Tensor plain = gemm(x, w, GemmRole::fprop, o, ctx);
+  o.residual = residual;
+  const Tensor got = gemm(x, w, GemmRole::fprop, o, ctx);
+  EXPECT_EQ(bytes_of(got), bytes_of(add(residual, plain)));
+  EXPECT_NE(bytes_of(got), bytes_of(plain));
 }
 
 }  // namespace te::test

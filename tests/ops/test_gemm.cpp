@@ -8,9 +8,10 @@
 
 #include "common/gpu.h"
 #include "engine/error.h"
+#include "ops/fp8_gemm_test_util.h"
 #include "ops/gemm/gemm.h"
-#include "ops/quant/quantizer.h"
 #include "ops/ops_test_util.h"
+#include "ops/quant/quantizer.h"
 
 namespace te {
 namespace {
@@ -163,6 +164,25 @@ TEST(Gemm, RejectsMismatchedShapes) {
   GemmOptions opts;
   opts.accumulate = true;  // nothing to accumulate into
   EXPECT_THROW(gemm(x, w2, GemmRole::fprop, opts, ctx), Error);
+  GemmOptions res;
+  res.residual = Tensor::zeros({4, 5}, DType::f32);  // out is [4, 6]
+  EXPECT_THROW(gemm(x, w2, GemmRole::fprop, res, ctx), Error);
+  Tensor acc = Tensor::zeros({4, 6}, DType::f32);
+  res.residual = Tensor::zeros({4, 6}, DType::f32);
+  res.accumulate = true;
+  EXPECT_THROW(gemm(x, w2, GemmRole::fprop, acc, res, ctx), Error);
+}
+
+// A residual joins the output after its rounding, on every path (the CPU and cuBLASLt add it after the GEMM).
+TEST(Gemm, ResidualIsTheOutputFollowedByAdd) {
+  for (bool cuda : {false, true}) {
+    if (cuda && cuda_device_count() == 0) continue;
+    const Device dev = test::device_for(cuda);
+    GemmContext ctx(dev);
+    const Tensor x = test::random_2d(24, 64, DType::bf16, 25, Device::cpu(), Layout::contiguous).to(dev);
+    const Tensor w = test::random_2d(40, 64, DType::bf16, 26, Device::cpu(), Layout::contiguous).to(dev);
+    test::expect_residual_as_add(x, w, 24, 40, GemmOptions{}, ctx, 27);
+  }
 }
 
 // ---- quantized operands ---------------------------------------------------------------------------------------

@@ -65,8 +65,11 @@ TEST_P(GemmStreaming, MatchesFloat64OfDequantizedOperands) {
   const Tensor again = gemm(qx, qw, GemmRole::fprop, opts, ctx);
   EXPECT_EQ(test::bytes_of(got), test::bytes_of(again));
 
-  // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias.
+  // Epilogue: bf16 out += 0.5 · x·Wᵀ + bias; and a residual added after the output's rounding.
   test::expect_fprop_epilogue(qx, qw, p.P, p.Q, p.D, opts, ctx, 33);
+  const int64_t before = ctx.stats().streaming_calls;
+  test::expect_residual_as_add(qx, qw, p.P, p.Q, opts, ctx, 35);
+  EXPECT_EQ(ctx.stats().streaming_calls - before, 2);  // the residual in the streaming kernel's epilogue
 
   // And it agrees with cuBLASLt on the same bytes (bf16 outputs).
   GemmOptions lt = opts;
