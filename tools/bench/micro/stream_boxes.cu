@@ -10,6 +10,9 @@
 // and, for the first cut, what the GEMM adds around the same loads: +x also loads the matching 128-byte K blocks of
 // 16 token rows (re-read from L2 by every CTA) into each stage; +release has a second warp wait for each stage and
 // hand it back through an "empty" barrier before the stage is loaded again, as the GEMM's consumers do.
+// Beside them, ordinary loads of the same bytes (ldg: no TMA, no shared memory). Each cut is timed both as one launch
+// per event pair (the launch gap included, as a GEMM timed alone sees it) and in batches of 20 back-to-back launches
+// (as a replayed forward runs it).
 // Build and run (sm_90):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/bench/micro/stream_boxes.cu -o stream_boxes
 //   ./stream_boxes
@@ -146,6 +149,28 @@ __global__ void __launch_bounds__(64)
   if (sum == -1) *sink = sum;
 }
 
+// The same bytes read by ordinary loads, for the memory system's ceiling without TMA: each thread keeps U 16-byte
+// loads in flight (ld.global.nc, no L1 allocation, 256-byte L2 prefetch) over a grid-stride walk of the whole weight.
+template <int U>
+__global__ void __launch_bounds__(256) ldg_kernel(const uint4* w, int64_t n16, int64_t* sink) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  uint32_t acc = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += U * stride) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u * stride < n16)
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                     : "l"(w + i + u * stride));
+      else
+        v[u] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q{};
@@ -192,11 +217,37 @@ int main() {
     int rows;
     int64_t kbytes;
   };
+  // Median µs per launch over 10 timed samples of n back-to-back launches (n = 1: the launch gap included).
+  const auto median_us = [&](const auto& launch, int n) {
+    std::vector<float> ts;
+    for (int rep = 0; rep < 12; ++rep) {
+      CHECK(cudaEventRecord(a));
+      for (int i = 0; i < n; ++i) launch();
+      CHECK(cudaEventRecord(b));
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, a, b));
+      if (rep >= 2) ts.push_back(ms * 1e3f / n);
+    }
+    CHECK(cudaGetLastError());
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  };
   for (const Shape sh : {Shape{"FC1 16384x4096", 16384, 4096}, Shape{"FC2 4096x16384", 4096, 16384}}) {
     const int64_t bytes = int64_t(sh.rows) * sh.kbytes;
     uint8_t *w = nullptr, *x = nullptr;
     CHECK(cudaMalloc(&w, bytes));
     CHECK(cudaMemset(w, 1, bytes));
+    for (const int per_sm : {1, 2, 4, 8}) {
+      const int g = per_sm * sms;
+      const auto* w16 = reinterpret_cast<const uint4*>(w);
+      const float u4 = median_us([&] { ldg_kernel<4><<<g, 256>>>(w16, bytes / 16, sink); }, 20);
+      const float u8 = median_us([&] { ldg_kernel<8><<<g, 256>>>(w16, bytes / 16, sink); }, 20);
+      std::printf(
+          "%-15s ldg, %d x 256 threads per SM, batches of 20: 4 loads in flight %7.1f us  %.2f TB/s; 8: %7.1f us"
+          "  %.2f TB/s\n",
+          sh.name, per_sm, u4, bytes / (u4 * 1e-6) / 1e12, u8, bytes / (u8 * 1e-6) / 1e12);
+    }
     CHECK(cudaMalloc(&x, 16 * sh.kbytes));
     CHECK(cudaMemset(x, 1, 16 * sh.kbytes));
     const CUtensorMap xm = map_2d(x, 16, sh.kbytes, 16);
@@ -221,22 +272,14 @@ int main() {
       const int tiles = sh.rows / v.box_rows;
       for (int grid : {sms}) {
         const int g = std::min(grid, tiles);
-        std::vector<float> ts;
-        for (int rep = 0; rep < 12; ++rep) {
-          CHECK(cudaEventRecord(a));
+        const auto launch = [&] {
           stream_kernel<<<g, 64, smem>>>(m2, m3, xm, w, v.mode, sh.kbytes, v.box_rows, tiles, v.with_x, v.release,
                                          sink);
-          CHECK(cudaEventRecord(b));
-          CHECK(cudaEventSynchronize(b));
-          float ms = 0;
-          CHECK(cudaEventElapsedTime(&ms, a, b));
-          if (rep >= 2) ts.push_back(ms);
-        }
-        CHECK(cudaGetLastError());
-        std::sort(ts.begin(), ts.end());
-        const float med = ts[ts.size() / 2];
-        std::printf("%-15s %-12s%s grid %3d: %7.1f us  %.2f TB/s\n", sh.name, v.name,
-                    v.mode == kBox3d ? " (3d)" : "     ", g, med * 1e3f, bytes / (med * 1e-3) / 1e12);
+        };
+        const float one = median_us(launch, 1), batch = median_us(launch, 20);
+        std::printf("%-15s %-12s%s grid %3d: %7.1f us  %.2f TB/s; in batches of 20: %7.1f us  %.2f TB/s\n", sh.name,
+                    v.name, v.mode == kBox3d ? " (3d)" : "     ", g, one, bytes / (one * 1e-6) / 1e12, batch,
+                    bytes / (batch * 1e-6) / 1e12);
       }
     }
     CHECK(cudaFree(w));
