@@ -1,5 +1,5 @@
-// Shared between the GEMM front end (gemm.cpp), the CPU path (gemm_ref.cpp) and the cuBLASLt path
-// (gemm_cublaslt.cpp). Not a public header.
+// Shared between the GEMM front end (gemm.cpp), the CPU path (gemm_ref.cpp) and the CUDA path (gemm_cuda.cpp and
+// the files of cublaslt_call.h). Not a public header.
 #pragma once
 #include "ops/gemm/gemm.h"
 #include "te_config.h"
