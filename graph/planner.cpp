@@ -5,6 +5,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "engine/int_math.h"
 
 namespace te {
 
@@ -15,9 +16,6 @@ const GatherPlan* Plan::gather_plan(int node) const {
 }
 
 namespace {
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 // Topological order (Kahn). Among ready nodes, comm nodes go first so collectives are enqueued as early as their
 // inputs allow and overlap the compute that follows; otherwise build order.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/int_math.h"
 #include "ops/gemm/gemm_internal.h"
 
 namespace te {
@@ -32,8 +33,6 @@ struct GemmContext::Impl {
 namespace detail {
 
 inline cudaStream_t as_cuda(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 cudaDataType_t cuda_type(DType t);
 // The largest power of two up to 256 that divides the address.

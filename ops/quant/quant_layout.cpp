@@ -26,7 +26,7 @@ CopyLayout copy_layout(QuantFormat format, Usage usage, int64_t M, int64_t K) {
       break;
     case QuantFormat::fp8_block_2d:  // [ceil(R/128)][round4(ceil(C/128))]
       L.scale_index = ScaleIndex::tile_row_major;
-      L.scale_rows = quant_ceil_div(L.R, L.block), L.scale_ld = round_up4(nb);
+      L.scale_rows = ceil_div(L.R, L.block), L.scale_ld = round_up4(nb);
       break;
     case QuantFormat::mxfp8:  // row-wise [M][ceil(K/32)]; column-wise [ceil(M/32)][K]
       L.scale_index = row ? ScaleIndex::row_major : ScaleIndex::block_major;

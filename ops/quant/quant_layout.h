@@ -7,12 +7,12 @@
 
 #include "engine/dtype.h"
 #include "engine/hd.h"
+#include "engine/int_math.h"
 #include "engine/tensor.h"
 #include "ops/quant/format.h"
 
 namespace te {
 
-TE_HD int64_t quant_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 TE_HD int64_t round_up4(int64_t a) { return (a + 3) / 4 * 4; }
 
 enum class ScaleIndex : uint8_t {
@@ -31,7 +31,7 @@ struct CopyLayout {
   int64_t data_ld = 0;       // elements per stored data row (fp4: C rounded up to even; the extra nibble is 0)
   ScaleIndex scale_index = ScaleIndex::single;
   int64_t scale_rows = 1, scale_ld = 1;  // scale tensor shape [scale_rows, scale_ld]
-  int64_t blocks_per_row() const { return block ? quant_ceil_div(C, block) : 1; }
+  int64_t blocks_per_row() const { return block ? ceil_div(C, block) : 1; }
 };
 
 // Flat element index of A[r][c] in the data tensor (fp4: nibble index).

@@ -376,7 +376,7 @@ void quantize_cuda(const QuantInput& x, const QuantParams& p_in, const QuantOutp
     p.rowwise = false;  // the tile kernel may now take the column-wise copy alone
     if (quantize_nvfp4_columnwise_cuda(x, p, out, stream)) return;
   }
-  const int64_t tiles_m = quant_ceil_div(x.M, kTile), tiles_k = quant_ceil_div(x.K, kTile);
+  const int64_t tiles_m = ceil_div(x.M, kTile), tiles_k = ceil_div(x.K, kTile);
   TE_CHECK(tiles_k <= 65535, "quantize: K = " << x.K << " exceeds the CUDA grid (at most " << 65535 * kTile << " columns)");
   const size_t smem = (kTile * kLd + 64 + 8 * kTile) * sizeof(float);
   // Set on every launch: cheap, and correct whichever device is current.
@@ -388,7 +388,7 @@ void quantize_cuda(const QuantInput& x, const QuantParams& p_in, const QuantOutp
 }
 
 void dequantize_cuda(const DequantArgs& a, void* out, DType out_dtype, const Stream& stream) {
-  const int64_t tasks = a.layout.R * quant_ceil_div(a.layout.C, 16);
+  const int64_t tasks = a.layout.R * ceil_div(a.layout.C, 16);
   if (tasks == 0) return;
   if (dequantize_fast_cuda(a, out, out_dtype, stream)) return;
   dequant_kernel<<<grid_for(tasks, 256), 256, 0, st(stream)>>>(a, out, out_dtype);

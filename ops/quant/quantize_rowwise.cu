@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
   store_tensor_scales(p, out, kIn);
   const BlockScale pt = per_tensor ? tensor_scale(p, kIn, out.row_amax) : BlockScale{0.f, 0.f, 0};
   const bool e5m2 = p.data_dtype == DType::fp8_e5m2;
-  const int64_t per_row = quant_ceil_div(x.K, B) * G;  // lanes per row: whole blocks, so no block spans rows
+  const int64_t per_row = ceil_div(x.K, B) * G;  // lanes per row: whole blocks, so no block spans rows
   const int64_t total = x.M * per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   // Whole warps iterate together so the shuffles see every lane.
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, Act == QuantPreAct::none ? 0 : 4)
 
 void quantize_rowwise_cuda(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
   const int block = p.format == QuantFormat::mxfp8 ? 32 : 128;
-  const int64_t lanes = x.M * quant_ceil_div(x.K, block) * (block / kSpan);
+  const int64_t lanes = x.M * ceil_div(x.K, block) * (block / kSpan);
   // Up to 64 blocks per SM, far more than are resident at once (3 or 4 at these kernels' 64–79 registers): the
   // block scheduler hands out the rest as blocks finish, so the grid-stride tail stays one short iteration
   // (≈ 2 iterations per thread at [8192, 16384]) instead of a static split's imbalance.
