@@ -4,6 +4,7 @@
 
 #include "comm/gather.h"
 #include "engine/error.h"
+#include "graph/optimizer_quantize.h"
 #include "models/param_grad.h"
 #include "ops/act/act.h"
 #include "ops/act/act_quantize.h"
@@ -53,6 +54,15 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
     if (ctx.training && !ctx.keep_weight_values) p_.weight->value = Tensor();
   }
   return *weight_q_;
+}
+
+bool ParallelLinear::step_weight_into_cache(const OptimizerStep& step, const Stream& s) {
+  if (!q_weight_ || !weight_q_ || !step.update || step.kind != OptimizerKind::adamw) return false;
+  RankParam& w = *p_.weight;
+  const ParamSlot slot{w.master, w.grad, w.state1, w.state2, Tensor()};
+  if (w.value.defined() || !optimizer_quantize_supported(slot, *q_weight_, weight_q_->quantized())) return false;
+  optimizer_quantize_step(slot, step, *q_weight_, weight_q_->quantized(), s);
+  return true;
 }
 
 void ParallelLinear::hold_weight_quantized_only(RankContext& ctx) {

@@ -16,6 +16,7 @@
 
 #include "comm/gather.h"
 #include "graph/graph.h"
+#include "graph/optimizer.h"
 #include "models/rank_context.h"
 #include "ops/act/act.h"
 #include "ops/norm/norm.h"
@@ -41,6 +42,11 @@ class ParallelLinear : public NodeState {
 
   void invalidate_weight_cache() { weight_q_.reset(); }
   bool quantizes_weight() const { return q_weight_.has_value(); }
+  // The optimizer step of this weight, when it can write the weight's next quantized copies itself
+  // (graph/optimizer_quantize.h: AdamW, FP8 128x128 blocks on a GPU, the model-dtype copy already let go, no GEMM
+  // images): the cache is rewritten in place and stays valid, and no model-dtype copy is made for the next forward
+  // to quantize. False (nothing done): the caller steps the weight with the others and drops the cache.
+  bool step_weight_into_cache(const OptimizerStep& step, const Stream& s);
   // Makes the quantized weight cache now if the recipe quantizes this weight and the cache is empty (training lets
   // the model-dtype copy go once it is made).
   void quantize_weight(RankContext& ctx, const Stream& s) {

@@ -1,5 +1,6 @@
 #include "models/rank_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "comm/gather.h"
@@ -139,22 +140,29 @@ void RankModel::finish_grad_step(const int32_t* skip) {
 }
 
 void RankModel::apply_optimizer(const StepControl& control, bool update) {
-  if (update) {
-    // The quantized weights are stale after this step and the optimizer does not read them: they go before the
-    // fresh model-dtype copies are allocated, so the two never coexist. (A step skipped on the device writes the
-    // copies from the unchanged masters: the next forward quantizes the same weights again.)
-    invalidate_weight_caches();
-  }
+  const OptimizerKind kind =
+      spec_.run.optimizer.type == OptimizerType::adamw ? OptimizerKind::adamw : OptimizerKind::sgd_momentum;
+  const OptimizerStep step{kind, control.scalars(), control.skip(), update};
+  // Weights whose optimizer step writes their next quantized copies in place (one pass, no model-dtype copy) keep
+  // their caches. The other caches are stale after this step and the optimizer does not read them: they go before
+  // the fresh model-dtype copies are allocated, so the two never coexist. (A step skipped on the device writes the
+  // copies from the unchanged masters: the next forward quantizes the same weights again.)
+  std::vector<const RankParam*> stepped;
+  for_each_linear([&](ParallelLinear& l) {
+    if (l.step_weight_into_cache(step, ctx_.stream))
+      stepped.push_back(l.params().weight);
+    else if (update)
+      l.invalidate_weight_cache();
+  });
   std::vector<ParamSlot> slots;
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
+    if (std::find(stepped.begin(), stepped.end(), &p) != stepped.end()) continue;
     // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
     if (update && !p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, ctx_.stream);
     slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});
   }
-  const OptimizerKind kind =
-      spec_.run.optimizer.type == OptimizerType::adamw ? OptimizerKind::adamw : OptimizerKind::sgd_momentum;
-  optimizer_step(slots, {kind, control.scalars(), control.skip(), update}, ctx_.stream);
+  optimizer_step(slots, step, ctx_.stream);
 }
 
 bool RankModel::quantizes_weights() const {

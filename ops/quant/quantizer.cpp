@@ -118,6 +118,44 @@ QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x,
   return quantize_impl(x, usages, stream, reduce, act, act_out, images);
 }
 
+QuantParams Quantizer::params(Usage usages, QuantPreAct act) const {
+  QuantParams p;
+  p.format = config_.format;
+  p.data_dtype = config_.data_dtype;
+  p.rowwise = has_usage(usages, Usage::rowwise);
+  p.columnwise = has_usage(usages, Usage::columnwise);
+  p.pow2 = config_.pow2_scales;
+  p.eps = config_.eps;
+  p.rht = config_.random_hadamard;
+  p.sr = config_.stochastic_rounding;
+  p.seed = config_.seed;
+  p.pre_act = act;
+  return p;
+}
+
+Quantizer::CastTarget Quantizer::cast_target(const QuantizedTensor& qt) const {
+  const QuantFormat f = config_.format;
+  TE_CHECK(f == QuantFormat::fp8_block_1d || f == QuantFormat::fp8_block_2d || f == QuantFormat::mxfp8,
+           "cast_target: " << quant_format_name(f) << " takes an amax before its cast");
+  TE_CHECK(qt.format == f && qt.data_dtype == config_.data_dtype && qt.shape.size() == 2,
+           "cast_target: a " << quant_format_name(qt.format) << " copy of " << shape_str(qt.shape)
+                             << " was not made by this " << quant_format_name(f) << " quantizer from a 2-D tensor");
+  CastTarget t;
+  t.in.dtype = qt.original_dtype;
+  t.in.M = qt.shape[0];
+  t.in.K = qt.shape[1];
+  t.in.stride_m = t.in.K;
+  t.params = params(qt.usages(), QuantPreAct::none);
+  auto copy = [&](Usage u, const Tensor& data, const Tensor& scale, QuantCopyOut& o) {
+    o.layout = copy_layout(f, u, t.in.M, t.in.K);
+    o.data = data.data<uint8_t>();
+    o.scale_inv = scale.data_ptr();
+  };
+  if (t.params.rowwise) copy(Usage::rowwise, qt.rowwise_data, qt.rowwise_scale_inv, t.out.row);
+  if (t.params.columnwise) copy(Usage::columnwise, qt.columnwise_data, qt.columnwise_scale_inv, t.out.col);
+  return t;
+}
+
 QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const Stream& stream,
                                          const AmaxReducer& reduce, QuantPreAct act, Tensor* act_out,
                                          const std::optional<ImageSpec>& images) {
@@ -138,17 +176,7 @@ QuantizedTensor Quantizer::quantize_impl(const Tensor& x_in, Usage usages, const
   const Device dev = x.device();
   const QuantKernelEntry& k = quant_kernels(f, dev.kind);
 
-  QuantParams p;
-  p.format = f;
-  p.data_dtype = config_.data_dtype;
-  p.rowwise = has_usage(usages, Usage::rowwise);
-  p.columnwise = has_usage(usages, Usage::columnwise);
-  p.pow2 = config_.pow2_scales;
-  p.eps = config_.eps;
-  p.rht = config_.random_hadamard;
-  p.sr = config_.stochastic_rounding;
-  p.seed = config_.seed;
-  p.pre_act = act;
+  QuantParams p = params(usages, act);
 
   QuantizedTensor qt;
   qt.format = f;

@@ -79,8 +79,20 @@ class Quantizer {
   // their addresses). A te::Error when its shapes are not this config's.
   void set_delayed(const DelayedScaling& state, Device device, const Stream& stream = Stream());
 
+  // Where a cast into `qt` writes, for a producer that computes a tensor and quantizes it in the same pass
+  // (graph/optimizer_quantize.h): qt is a copy this quantizer made of a contiguous 2-D tensor, and its data and scale
+  // buffers are written again in place, every usage it holds (not its images; the caller checks it has none). The
+  // input's data pointer is null: the producer supplies the values. Block formats only (no amax to take first).
+  struct CastTarget {
+    QuantInput in;  // M, K, the original dtype, contiguous strides
+    QuantParams params;
+    QuantOutputs out;
+  };
+  CastTarget cast_target(const QuantizedTensor& qt) const;
+
  private:
   QuantizerConfig config_;
+  QuantParams params(Usage usages, QuantPreAct act) const;
   void ensure_delayed_state(Device device, const Stream& stream);
   QuantizedTensor quantize_impl(const Tensor& x, Usage usages, const Stream& stream, const AmaxReducer& reduce,
                                 QuantPreAct act, Tensor* act_out, const std::optional<ImageSpec>& images);
