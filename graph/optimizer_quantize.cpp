@@ -2,7 +2,6 @@
 #include "graph/optimizer_quantize.h"
 
 #include "engine/error.h"
-#include "engine/int_math.h"
 #include "te_config.h"
 
 namespace te {
@@ -12,18 +11,13 @@ void optimizer_quantize_cuda(const ParamSlot& slot, const OptimizerStep& step, c
                              const Stream& stream);
 }
 
-namespace {
-constexpr int64_t kTile = 128;  // the tile kernel's tile: at most 65535 of them along the last dim
-bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-}  // namespace
-
 bool optimizer_quantize_supported(const ParamSlot& slot, const Quantizer& q, const QuantizedTensor& cached) {
 #if TE_WITH_CUDA
   const Tensor& p = slot.master;
   if (!p.defined() || !p.device().is_cuda() || p.dim() != 2 || slot.value.defined()) return false;
-  auto like_master = [&](const Tensor& t) {
+  auto like_master = [&](const Tensor& t) {  // 16-byte aligned: the kernel's vector loads
     return t.defined() && t.dtype() == DType::f32 && t.shape() == p.shape() && t.is_contiguous() &&
-           t.device() == p.device() && aligned16(t);
+           t.device() == p.device() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
   };
   const bool state_ok = like_master(slot.state1) && like_master(slot.state2);  // AdamW's two moments
   const bool copies_ok = q.config().format == QuantFormat::fp8_block_2d && cached.format == QuantFormat::fp8_block_2d &&
@@ -32,7 +26,7 @@ bool optimizer_quantize_supported(const ParamSlot& slot, const Quantizer& q, con
                          cached.usages() != Usage::none && !cached.rowwise_image.defined() &&
                          !cached.columnwise_image.defined();
   return like_master(p) && like_master(slot.grad) && state_ok && copies_ok && p.size(1) % 8 == 0 &&
-         ceil_div(p.size(1), kTile) <= 65535;
+         quant_tile_grid_fits(p.size(1));
 #else
   (void)slot, (void)q, (void)cached;
   return false;

@@ -59,8 +59,8 @@ GemmOperand ParallelLinear::weight_operand(RankContext& ctx, const Stream& s) {
 bool ParallelLinear::step_weight_into_cache(const OptimizerStep& step, const Stream& s) {
   if (!q_weight_ || !weight_q_ || !step.update || step.kind != OptimizerKind::adamw) return false;
   RankParam& w = *p_.weight;
-  const ParamSlot slot{w.master, w.grad, w.state1, w.state2, Tensor()};
-  if (w.value.defined() || !optimizer_quantize_supported(slot, *q_weight_, weight_q_->quantized())) return false;
+  const ParamSlot slot{w.master, w.grad, w.state1, w.state2, w.value};  // a kept model-dtype copy: not supported
+  if (!optimizer_quantize_supported(slot, *q_weight_, weight_q_->quantized())) return false;
   optimizer_quantize_step(slot, step, *q_weight_, weight_q_->quantized(), s);
   return true;
 }

@@ -66,7 +66,7 @@ __device__ __forceinline__ void unpack8(const uint4& r, DType dt, float* v) {
 
 // A 128x128 tile of 16-bit x parked in shared memory by 256 threads (the FP8 tile kernel, NVFP4's column-wise
 // kernel): chunk c = i * 256 + tid (i < 8) is tile row c / 16, columns (c % 16) * 8 .. + 8, one 16-byte load.
-constexpr int kTile = 128, kTileThreads = 256, kTilePitch = kTile + 8;  // smem row pitch in 16-bit elements
+constexpr int kTile = kQuantTile, kTileThreads = 256, kTilePitch = kTile + 8;  // smem row pitch in 16-bit elements
 __device__ __forceinline__ void tile_chunk(int i, int tid, int& rr, int& cc) {
   const int c = i * kTileThreads + tid;
   rr = c / 16;

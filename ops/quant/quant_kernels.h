@@ -5,6 +5,7 @@
 
 #include "engine/device.h"
 #include "engine/dtype.h"
+#include "engine/int_math.h"
 #include "engine/stream.h"
 #include "ops/quant/format.h"
 #include "ops/quant/quant_layout.h"
@@ -12,6 +13,11 @@
 namespace te {
 
 // The high-precision input as a 2-D strided view [M, K] (leading dims collapsed), strides in elements.
+// The tile of the fast column-wise / 2D kernels (quant_tile.cuh, NVFP4's column-wise kernel), and whether one
+// launch covers K columns: the grid's second dimension holds at most 65535 tiles.
+constexpr int kQuantTile = 128;
+inline bool quant_tile_grid_fits(int64_t K) { return ceil_div(K, kQuantTile) <= 65535; }
+
 struct QuantInput {
   const void* data = nullptr;
   DType dtype = DType::bf16;

@@ -61,7 +61,7 @@ bool quantize_fast_cuda(const QuantInput& x, const QuantParams& p, const QuantOu
   }
   // The generic kernel has no fused activation: a fused request that cannot run here is the caller's error
   // (Quantizer::can_fuse_activation screens for it).
-  const bool tile_ok = x.dtype != DType::f32 && ceil_div(x.K, kTile) <= 65535 &&
+  const bool tile_ok = x.dtype != DType::f32 && quant_tile_grid_fits(x.K) &&
                        out.col.layout.store_transposed == mx;  // MXFP8 keeps [M, K] order, the FP8 formats store xᵀ
   TE_CHECK(tile_ok || !fused, "fused activation → column-wise quantize has no tile path for " << x.M << "x" << x.K);
   if (!tile_ok) return false;

@@ -373,7 +373,7 @@ bool rowwise_eligible(const QuantInput& x, const QuantOutputs& out) {
 // The tile kernels' input: 16-bit rows that allow 16-byte loads, K a multiple of 8, a grid of tiles CUDA can launch.
 bool tile_eligible(const QuantInput& x) {
   return (x.dtype == DType::bf16 || x.dtype == DType::f16) && x.stride_k == 1 && x.K % 8 == 0 && x.stride_m % 8 == 0 &&
-         (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 && ceil_div(x.K, kTile) <= 65535;
+         (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 && x.M > 0 && quant_tile_grid_fits(x.K);
 }
 dim3 tile_grid(const QuantInput& x) {
   return dim3(static_cast<unsigned>(ceil_div(x.M, kTile)), static_cast<unsigned>(ceil_div(x.K, kTile)));

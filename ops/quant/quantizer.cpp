@@ -105,8 +105,8 @@ bool Quantizer::can_fuse_activation(const Shape& shape, DType dtype, Device devi
   if (f == QuantFormat::nvfp4_1d) return sixteen && usages == Usage::rowwise && shape.back() % 16 == 0;
   const bool fast = (f == QuantFormat::fp8_block_1d || f == QuantFormat::mxfp8) && sixteen && shape.back() % 8 == 0;
   if (!fast || usages == Usage::none) return false;
-  // The column-wise copy comes from the 128x128 tile kernel: at most 65535 tiles along the last dim.
-  return !has_usage(usages, Usage::columnwise) || (shape.back() + 127) / 128 <= 65535;
+  // The column-wise copy comes from the 128x128 tile kernel.
+  return !has_usage(usages, Usage::columnwise) || quant_tile_grid_fits(shape.back());
 }
 
 QuantizedTensor Quantizer::quantize_activation(QuantPreAct act, const Tensor& x, Usage usages, const Stream& stream,

@@ -19,15 +19,7 @@
 #include <vector>
 
 #include "graph/optimizer_math.h"
-
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s failed: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "micro_check.h"
 
 namespace {
 using te::detail::SlotPtrs;

@@ -25,14 +25,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s failed: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "micro_check.h"
 
 namespace {
 
