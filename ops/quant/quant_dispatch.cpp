@@ -1,5 +1,6 @@
-// The dispatch table: one row per (format, device kind). Every format shares one CPU reference and one set of
-// CUDA kernels today (the format is a kernel parameter); a specialised kernel replaces one row.
+// The dispatch table: one row per (format, device kind). Every format shares one CPU path (quantize_cpu.cpp, which
+// hands what it does not speed up to the reference) and one set of CUDA kernels today (the format is a kernel
+// parameter); a specialised kernel replaces one row.
 #include <array>
 
 #include "engine/error.h"
@@ -10,7 +11,7 @@ namespace te {
 namespace {
 
 constexpr QuantKernelEntry cpu_row(QuantFormat f) {
-  return {f, DeviceKind::cpu, quant_amax_ref, quantize_ref, dequantize_ref, fold_max_ref, delayed_update_ref};
+  return {f, DeviceKind::cpu, quant_amax_cpu, quantize_cpu, dequantize_ref, fold_max_ref, delayed_update_ref};
 }
 #if TE_WITH_CUDA
 constexpr QuantKernelEntry cuda_row(QuantFormat f) {

@@ -121,6 +121,11 @@ void dequantize_ref(const DequantArgs& a, void* out, DType out_dtype, const Stre
 void fold_max_ref(float* dst, const float* src, const Stream& stream);
 void delayed_update_ref(const DelayedUpdateArgs& a, const Stream& stream);
 
+// ---- CPU path the engine runs (quantize_cpu.cpp): the reference's results, faster for the FP8 formats -------
+void quant_amax_cpu(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
+                    const Stream& stream);
+void quantize_cpu(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream);
+
 // ---- CUDA (quantize.cu) ------------------------------------------------------------------------------------
 void quant_amax_cuda(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
                      const Stream& stream);
