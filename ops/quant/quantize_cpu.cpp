@@ -1,15 +1,16 @@
 // The CPU quantize the engine runs. For the FP8 formats (per tensor, 1x128 and 128x128 blocks, MXFP8) it performs the
-// reference's arithmetic (quant_block.h, the same f32 operations on the same values) organised for speed: x widened
-// to f32 once, each block's amax over a contiguous span, one scale per block, and an encode loop with the element
-// format fixed at compile time. NVFP4 (Hadamard transform, stochastic rounding, two codes a byte) and anything else
-// the reference handles take the reference (quantize_ref.cpp), which stays the oracle these paths are tested against.
+// reference's arithmetic (quant_block.h, the same f32 operations on the same values) organised for speed: x is read
+// in panels of rows (the row-wise copy) or of 128 columns (the column-wise copy, whose rows are x's columns), widened
+// to f32 in a small buffer; each block's amax comes from a contiguous span, each block gets one scale, and the encode
+// loop has the element format fixed at compile time. No temporary grows with the tensor, so a large tensor costs no
+// fresh pages from the system. NVFP4 (Hadamard transform, stochastic rounding, two codes a byte) and anything else
+// take the reference (quantize_ref.cpp), which stays the oracle these paths are tested against.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "engine/element.h"
-#include "ops/elementwise/elementwise_impl.h"
 #include "ops/quant/quant_block.h"
 #include "ops/quant/quant_kernels.h"
 
@@ -18,21 +19,32 @@ namespace {
 
 bool fast_path(const QuantParams& p) { return !nvfp4_format(p.format) && p.pre_act == QuantPreAct::none; }
 
-// x as a dense f32 matrix [M, K]; widening bf16/f16 is exact.
-std::vector<float> load_dense(const QuantInput& x) {
-  std::vector<float> X(static_cast<size_t>(x.M * x.K));
-  for (int64_t m = 0; m < x.M; ++m) {
-    float* dst = X.data() + m * x.K;
-    if (x.stride_k == 1 && x.dtype == DType::bf16) {
-      const uint16_t* src = static_cast<const uint16_t*>(x.data) + m * x.stride_m;
-      for (int64_t k = 0; k < x.K; ++k) dst[k] = bf16_to_f32(src[k]);
-    } else if (x.stride_k == 1 && x.dtype == DType::f32) {
-      std::memcpy(dst, static_cast<const float*>(x.data) + m * x.stride_m, static_cast<size_t>(x.K) * sizeof(float));
-    } else {
-      for (int64_t k = 0; k < x.K; ++k) dst[k] = load_f32(x.data, x.dtype, m * x.stride_m + k * x.stride_k);
-    }
+constexpr int64_t kPanel = 128;  // rows of A per panel: the 2D tile height, so a tile never spans two panels
+
+// x[m, k0 .. k0 + n) widened to f32 (exact for bf16/f16).
+void load_span(const QuantInput& x, int64_t m, int64_t k0, int64_t n, float* dst) {
+  const int64_t first = m * x.stride_m + k0 * x.stride_k;
+  if (x.stride_k == 1 && x.dtype == DType::bf16) {
+    const uint16_t* src = static_cast<const uint16_t*>(x.data) + first;
+    for (int64_t k = 0; k < n; ++k) dst[k] = bf16_to_f32(src[k]);
+  } else if (x.stride_k == 1 && x.dtype == DType::f32) {
+    std::memcpy(dst, static_cast<const float*>(x.data) + first, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    for (int64_t k = 0; k < n; ++k) dst[k] = load_f32(x.data, x.dtype, first + k * x.stride_k);
   }
-  return X;
+}
+
+// Columns [k0, k0 + n) of x (n <= kPanel) widened and transposed: dst[j * M + m] = x[m, k0 + j]. Sixteen rows at a
+// time, so each row's span is read once and the writes stay within a few cache lines per column.
+void load_columns(const QuantInput& x, int64_t k0, int64_t n, float* dst) {
+  constexpr int64_t kRows = 16;
+  float tile[kRows][kPanel];
+  for (int64_t m0 = 0; m0 < x.M; m0 += kRows) {
+    const int64_t rows = std::min(kRows, x.M - m0);
+    for (int64_t i = 0; i < rows; ++i) load_span(x, m0 + i, k0, n, tile[i]);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < rows; ++i) dst[j * x.M + m0 + i] = tile[i][j];
+  }
 }
 
 // max|a[i]| from `acc`, NaN skipped: amax_fold's result (a NaN compares false, so it never replaces an accumulator).
@@ -82,10 +94,31 @@ void encode_span(const float* a, int64_t n, float factor, uint8_t* codes) {
   for (int64_t i = 0; i < n; ++i) codes[i] = fp8_code<kData>(a[i] * factor);
 }
 
-// One copy of A [R, C] (x, or xᵀ for the column-wise copy): quantize_copy's results for a non-NVFP4 format.
-template <DType kData>
-void quantize_copy_fast(const std::vector<float>& A, const QuantParams& p, DType in, float copy_amax,
-                        const QuantCopyOut& out, bool transposed_image, void* image, const ImageSpec& spec) {
+// Rows [p0, p0 + n) of a copy's image ([n, C] f32 in `img`) stored in x's [M, K] order: as they are (A = x), or as
+// columns p0.. of x (A = xᵀ, R = K). Each element is written once, in the order of the destination.
+void store_panel_image(const float* img, int64_t p0, int64_t n, int64_t R, int64_t C, bool transposed, void* image,
+                       DType dtype) {
+  const auto each = [&](auto&& put) {  // put(destination index, value)
+    if (transposed) {
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < n; ++i) put(c * R + p0 + i, img[i * C + c]);
+    } else {
+      for (int64_t i = 0; i < n * C; ++i) put(p0 * C + i, img[i]);
+    }
+  };
+  if (dtype == DType::f32)
+    each([&](int64_t at, float v) { static_cast<float*>(image)[at] = v; });
+  else if (dtype == DType::bf16)
+    each([&](int64_t at, float v) { static_cast<uint16_t*>(image)[at] = bf16_from_f32(v); });
+  else
+    each([&](int64_t at, float v) { store_f32(image, dtype, at, v); });
+}
+
+// One copy of A [R, C] (x, or xᵀ for the column-wise copy), written a panel of rows at a time: the rows of A that
+// `load(r0, n, rows)` puts in `rows` ([n, C] f32). quantize_copy's results for a non-NVFP4 format.
+template <DType kData, typename Load>
+void quantize_copy_fast(const QuantParams& p, DType in, float copy_amax, const QuantCopyOut& out, int64_t panel,
+                        Load load, void* image, bool transposed_image, const ImageSpec& spec) {
   const CopyLayout& L = out.layout;
   const int64_t R = L.R, C = L.C, B = L.block ? L.block : std::max<int64_t>(C, 1), nb = L.blocks_per_row();
   const bool per_tensor = p.format == QuantFormat::fp8_per_tensor;
@@ -93,58 +126,60 @@ void quantize_copy_fast(const std::vector<float>& A, const QuantParams& p, DType
   if (R == 0 || C == 0) return;
 
   float values[256];
-  std::vector<float> img(image ? static_cast<size_t>(R * C) : 0);
   if (image)
     for (int code = 0; code < 256; ++code)
       values[code] = code_value(p.format, p.data_dtype, static_cast<uint8_t>(code));
   const float s_dec = image_s_dec(spec, 1.0f);
-
-  // Block amax: a row's blocks, or (2D) a tile's rows folded together; max is order-independent.
-  const int64_t group = L.two_d ? B : 1;  // rows that share a scale
-  std::vector<float> amax(static_cast<size_t>(nb));
+  const int64_t group = L.two_d ? B : 1;  // rows that share a scale (a 2D tile's)
+  std::vector<float> rows(static_cast<size_t>(panel * C)), img(image ? rows.size() : 0), amax(static_cast<size_t>(nb));
   std::vector<uint8_t> row_codes(static_cast<size_t>(C));
-  for (int64_t r0 = 0; r0 < R; r0 += group) {
-    const int64_t r1 = std::min(R, r0 + group);
-    std::fill(amax.begin(), amax.end(), 0.f);
-    if (!per_tensor)
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t b = 0; b < nb; ++b) amax[b] = span_amax(&A[r * C + b * B], std::min(B, C - b * B), amax[b]);
-    for (int64_t b = 0; b < nb; ++b) {
-      const BlockScale bs = block_scale(p, in, per_tensor ? copy_amax : amax[b], 1.0f);
-      if (!per_tensor) store_block_scale(p, out.scale_inv, scale_offset(L, r0, b), bs);
-      const float decoded = decoded_block_scale(p, bs);
-      const int64_t c0 = b * B, n = std::min(B, C - c0);
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* a = &A[r * C + c0];
-        uint8_t* codes = L.store_transposed ? row_codes.data() + c0 : out.data + data_offset(L, r, c0);
-        encode_span<kData>(a, n, bs.factor, codes);
-        if (L.store_transposed)
-          for (int64_t c = c0; c < c0 + n; ++c) out.data[data_offset(L, r, c)] = row_codes[c];
-        if (image)
-          for (int64_t i = 0; i < n; ++i)
-            img[r * C + c0 + i] = canonical_nan(element_value(p.format, values[codes[i]], decoded, s_dec));
+
+  for (int64_t p0 = 0; p0 < R; p0 += panel) {
+    const int64_t pn = std::min(panel, R - p0);
+    load(p0, pn, rows.data());
+    for (int64_t g0 = 0; g0 < pn; g0 += group) {
+      const int64_t g1 = std::min(pn, g0 + group);
+      // Block amax: a row's blocks, or a tile's rows folded together (max does not depend on the order).
+      std::fill(amax.begin(), amax.end(), 0.f);
+      if (!per_tensor)
+        for (int64_t i = g0; i < g1; ++i)
+          for (int64_t b = 0; b < nb; ++b) amax[b] = span_amax(&rows[i * C + b * B], std::min(B, C - b * B), amax[b]);
+      for (int64_t b = 0; b < nb; ++b) {
+        const BlockScale bs = block_scale(p, in, per_tensor ? copy_amax : amax[b], 1.0f);
+        if (!per_tensor) store_block_scale(p, out.scale_inv, scale_offset(L, p0 + g0, b), bs);
+        const float decoded = decoded_block_scale(p, bs);
+        const int64_t c0 = b * B, n = std::min(B, C - c0);
+        for (int64_t i = g0; i < g1; ++i) {
+          const int64_t r = p0 + i;
+          uint8_t* codes = L.store_transposed ? row_codes.data() + c0 : out.data + data_offset(L, r, c0);
+          encode_span<kData>(&rows[i * C + c0], n, bs.factor, codes);
+          if (L.store_transposed)
+            for (int64_t c = c0; c < c0 + n; ++c) out.data[data_offset(L, r, c)] = row_codes[c];
+          if (image)
+            for (int64_t j = 0; j < n; ++j)
+              img[i * C + c0 + j] = canonical_nan(element_value(p.format, values[codes[j]], decoded, s_dec));
+        }
       }
     }
+    // The panel's image in x's [M, K] order: A's rows are x's rows, or (column-wise) x's columns.
+    if (image) store_panel_image(img.data(), p0, pn, R, C, transposed_image, image, spec.dtype);
   }
-  if (!image) return;
-  if (spec.dtype == DType::f32) {
-    if (transposed_image)
-      cpu::transpose_2d(img.data(), image, 4, R, C);
-    else
-      std::memcpy(image, img.data(), img.size() * sizeof(float));
-    return;
-  }
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c)
-      store_f32(image, spec.dtype, transposed_image ? c * R + r : r * C + c, img[r * C + c]);
 }
 
-void quantize_copy_any(const std::vector<float>& A, const QuantParams& p, DType in, float copy_amax,
-                       const QuantCopyOut& out, bool transposed_image, void* image, const ImageSpec& spec) {
-  if (p.data_dtype == DType::fp8_e5m2)
-    quantize_copy_fast<DType::fp8_e5m2>(A, p, in, copy_amax, out, transposed_image, image, spec);
-  else
-    quantize_copy_fast<DType::fp8_e4m3>(A, p, in, copy_amax, out, transposed_image, image, spec);
+template <DType kData>
+void quantize_fp8(const QuantInput& x, const QuantParams& p, const QuantOutputs& out) {
+  const float row_amax = out.row_amax ? *out.row_amax : 0.f;
+  if (p.rowwise)
+    quantize_copy_fast<kData>(
+        p, x.dtype, row_amax, out.row, kPanel,
+        [&](int64_t r0, int64_t n, float* rows) {
+          for (int64_t i = 0; i < n; ++i) load_span(x, r0 + i, 0, x.K, rows + i * x.K);
+        },
+        out.row_image, false, out.image);
+  if (p.columnwise)
+    quantize_copy_fast<kData>(
+        p, x.dtype, out.col_amax ? *out.col_amax : row_amax, out.col, kPanel,
+        [&](int64_t r0, int64_t n, float* rows) { load_columns(x, r0, n, rows); }, out.col_image, true, out.image);
 }
 
 }  // namespace
@@ -152,20 +187,21 @@ void quantize_copy_any(const std::vector<float>& A, const QuantParams& p, DType 
 void quant_amax_cpu(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
                     const Stream& stream) {
   if (col_amax_out || !fast_path(p)) return quant_amax_ref(x, p, amax_out, col_amax_out, stream);
-  const std::vector<float> X = load_dense(x);
-  *amax_out = amax_fold(*amax_out, span_amax(X.data(), static_cast<int64_t>(X.size()), 0.f));
+  std::vector<float> row(static_cast<size_t>(x.K));
+  float a = 0.f;
+  for (int64_t m = 0; m < x.M; ++m) {
+    load_span(x, m, 0, x.K, row.data());
+    a = span_amax(row.data(), x.K, a);
+  }
+  *amax_out = amax_fold(*amax_out, a);
 }
 
 void quantize_cpu(const QuantInput& x, const QuantParams& p, const QuantOutputs& out, const Stream& stream) {
   if (!fast_path(p)) return quantize_ref(x, p, out, stream);
-  const std::vector<float> X = load_dense(x);  // [M, K]
-  const float row_amax = out.row_amax ? *out.row_amax : 0.f;
-  if (p.rowwise) quantize_copy_any(X, p, x.dtype, row_amax, out.row, false, out.row_image, out.image);
-  if (p.columnwise) {
-    std::vector<float> A(X.size());  // xᵀ [K, M]
-    cpu::transpose_2d(X.data(), A.data(), 4, x.M, x.K);
-    quantize_copy_any(A, p, x.dtype, out.col_amax ? *out.col_amax : row_amax, out.col, true, out.col_image, out.image);
-  }
+  if (p.data_dtype == DType::fp8_e5m2)
+    quantize_fp8<DType::fp8_e5m2>(x, p, out);
+  else
+    quantize_fp8<DType::fp8_e4m3>(x, p, out);
 }
 
 }  // namespace te
