@@ -7,9 +7,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/element.h"
 #include "engine/error.h"
-#include "ops/gemm/gemm_internal.h"
 #include "ops/elementwise/elementwise_impl.h"
+#include "ops/gemm/gemm_internal.h"
 #include "ops/gemm/row_gemm.h"
 
 namespace te::detail {
@@ -24,7 +25,12 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
                               GemmContext& ctx) {
   F32Operand out;
   if (!op.is_quantized()) {
-    out.owned = op.tensor().to_f32_vector();
+    const Tensor& t = op.tensor();
+    if (t.dtype() == DType::f32 && t.is_contiguous() && t.device().is_cpu()) {  // read in place
+      out.data = t.data<float>();
+      return out;
+    }
+    out.owned = t.to_f32_vector();
   } else {
     QuantizedTensor q = op.quantized();
     if (keep_rht) q.columnwise_rht = false;  // read the transformed values as stored (rht_cancels)
@@ -43,6 +49,18 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
   return out;
 }
 
+// c (f32, [P, Q]) into out in out's dtype: store_f32's rounding, element by element.
+static void store_result(const std::vector<float>& c, Tensor& out) {
+  if (!out.is_contiguous()) return out.copy_from(Tensor::from_f32(c, out.shape(), out.dtype()));
+  if (out.dtype() == DType::f32) return (void)std::copy(c.begin(), c.end(), out.data<float>());
+  void* dst = out.data_ptr();
+  if (out.dtype() == DType::bf16) {
+    for (size_t i = 0; i < c.size(); ++i) static_cast<uint16_t*>(dst)[i] = bf16_from_f32(c[i]);
+    return;
+  }
+  for (size_t i = 0; i < c.size(); ++i) store_f32(dst, out.dtype(), static_cast<int64_t>(i), c[i]);
+}
+
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
               GemmContext& ctx) {
   const GemmShape s = gemm_shape(a, b, role);
@@ -50,7 +68,7 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
   const bool keep_rht = rht_cancels(a, b, role);
   const F32Operand af = operand_f32(a, u.a, role, "a", keep_rht, ctx);  // [a.rows, a.cols]
   const F32Operand bf = operand_f32(b, u.b, role, "b", keep_rht, ctx);  // [b.rows, b.cols]
-  std::vector<float> c(size_t(s.P * s.Q), 0.f);
+  std::vector<float> c(size_t(s.P * s.Q));
   switch (role) {
     case GemmRole::fprop:  // y[M, N] = x[M, K] · W[N, K]ᵀ
       row_gemm(af.data, bf.data, /*b_transposed=*/true, s.M, s.N, s.K, c.data());
@@ -74,7 +92,7 @@ void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor&
     for (int64_t p = 0; p < s.P; ++p)
       for (int64_t q = 0; q < s.Q; ++q) c[size_t(p * s.Q + q)] += bias[size_t(q)];
   }
-  out.copy_from(Tensor::from_f32(c, out.shape(), out.dtype()));
+  store_result(c, out);
 }
 
 }  // namespace te::detail
