@@ -19,6 +19,7 @@ namespace te::detail {
 // when it has one (read in place), else dequantized now.
 struct F32Operand {
   std::vector<float> owned;
+  Tensor held;  // a dequantized copy, read in place
   const float* data = nullptr;
 };
 static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role, const char* name, bool keep_rht,
@@ -43,7 +44,9 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
       return out;
     }
     ctx.mutable_stats().operands_dequantized++;
-    out.owned = q.dequantize_usage(usage, DType::f32).to_f32_vector();
+    out.held = q.dequantize_usage(usage, DType::f32).contiguous();
+    out.data = out.held.data<float>();
+    return out;
   }
   out.data = out.owned.data();
   return out;
