@@ -2,8 +2,8 @@
 // reference's arithmetic (quant_block.h, the same f32 operations on the same values) organised for speed: x is read
 // in panels of rows (the row-wise copy) or of 128 columns (the column-wise copy, whose rows are x's columns), widened
 // to f32 in a small buffer; each block's amax comes from a contiguous span, each block gets one scale, and the encode
-// loop has the element format fixed at compile time. No temporary grows with the tensor, so a large tensor costs no
-// fresh pages from the system. NVFP4 (Hadamard transform, stochastic rounding, two codes a byte) and anything else
+// loop has the element format fixed at compile time. The temporaries hold one panel, not the tensor, so a large tensor
+// asks the system for few fresh pages. NVFP4 (Hadamard transform, stochastic rounding, two codes a byte) and anything else
 // take the reference (quantize_ref.cpp), which stays the oracle these paths are tested against.
 #include <algorithm>
 #include <cmath>
