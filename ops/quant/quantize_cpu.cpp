@@ -3,8 +3,8 @@
 // in panels of rows (the row-wise copy) or of 128 columns (the column-wise copy, whose rows are x's columns), widened
 // to f32 in a small buffer; each block's amax comes from a contiguous span, each block gets one scale, and the encode
 // loop has the element format fixed at compile time. The temporaries hold one panel, not the tensor, so a large tensor
-// asks the system for few fresh pages. NVFP4 (Hadamard transform, stochastic rounding, two codes a byte) and anything else
-// take the reference (quantize_ref.cpp), which stays the oracle these paths are tested against.
+// asks the system for few fresh pages. NVFP4 (Hadamard transform, stochastic rounding, two codes a byte) and anything
+// else take the reference (quantize_ref.cpp), which stays the oracle these paths are tested against.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -187,6 +187,7 @@ void quantize_fp8(const QuantInput& x, const QuantParams& p, const QuantOutputs&
 void quant_amax_cpu(const QuantInput& x, const QuantParams& p, float* amax_out, float* col_amax_out,
                     const Stream& stream) {
   if (col_amax_out || !fast_path(p)) return quant_amax_ref(x, p, amax_out, col_amax_out, stream);
+  if (x.M == 0 || x.K == 0) return;  // max over nothing: the amax stays as it is
   std::vector<float> row(static_cast<size_t>(x.K));
   float a = 0.f;
   for (int64_t m = 0; m < x.M; ++m) {

@@ -1,8 +1,10 @@
 // The CPU quantize the engine runs (quantize_cpu.cpp) against the reference it must equal byte for byte
-// (quantize_ref.cpp): every format, both element formats, each usage, input dtypes and strides, images, special
-// values, and f32 inputs spread over every binade so that each rounding case of the fp8 casts is taken.
+// (quantize_ref.cpp): every FP8 format, both element formats, each usage, input dtypes and strides, images, special
+// values, scaling options, and f32 inputs spread over every binade so that each rounding case of the fp8 casts is
+// taken. NVFP4 is handed to the reference itself; one case checks that hand-over.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -18,13 +20,20 @@ namespace {
 struct Case {
   QuantFormat format;
   DType data_dtype;
-  bool pow2;
-  bool delayed;  // per tensor: the given scale 1 (the cast sees x itself) instead of one from the amax
+  bool pow2 = false;
+  float delayed_scale = 0.f;  // per tensor: this given scale (delayed scaling) instead of one from the amax
+  float eps = 0.f;            // amax_epsilon
+  float amax_start = 0.f;     // per tensor, current scaling: the amax the pass folds into (an earlier partial max)
 };
 
 std::string case_name(const Case& c) {
-  return std::string(quant_format_name(c.format)) + "_" + std::string(dtype_name(c.data_dtype)) +
-         (c.pow2 ? "_pow2" : "") + (c.delayed ? "_delayed" : "");
+  std::string s = std::string(quant_format_name(c.format)) + "_" + std::string(dtype_name(c.data_dtype));
+  if (c.pow2) s += "_pow2";
+  if (c.delayed_scale == 1.f) s += "_scale1";
+  if (c.delayed_scale > 1.f) s += "_scale3p5";
+  if (c.eps > 0.f) s += "_eps";
+  if (c.amax_start > 0.f) s += "_amax_start";
+  return s;
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
@@ -45,16 +54,18 @@ Result run(QuantCastFn cast, AmaxFn amax_fn, const Case& c, const QuantInput& in
   p.rowwise = has_usage(usages, Usage::rowwise);
   p.columnwise = has_usage(usages, Usage::columnwise);
   p.pow2 = c.pow2;
-  const float delayed_scale = 1.0f;
-  if (c.delayed) p.scale = &delayed_scale;
+  p.eps = c.eps;
+  if (c.delayed_scale > 0.f) p.scale = &c.delayed_scale;
   Result r;
-  if (c.format == QuantFormat::fp8_per_tensor && !c.delayed) amax_fn(in, p, &r.amax, nullptr, Stream());
+  r.amax = c.amax_start;
+  if (c.format == QuantFormat::fp8_per_tensor && !p.scale) amax_fn(in, p, &r.amax, nullptr, Stream());
   QuantOutputs out;
   out.row_amax = &r.amax;
-  const int scale_bytes = dtype_storage_bytes(quant_format_info(c.format).scale_dtype, 1);
+  const int64_t scale_bytes = dtype_storage_bytes(quant_format_info(c.format).scale_dtype, 1);
   auto make = [&](Usage u, std::vector<uint8_t>& data, std::vector<uint8_t>& scale, QuantCopyOut& o) {
     o.layout = copy_layout(c.format, u, in.M, in.K);
-    data.assign(static_cast<size_t>(shape_numel(copy_data_shape(o.layout))), 0xA5);  // unwritten bytes show
+    data.assign(static_cast<size_t>(dtype_storage_bytes(c.data_dtype, shape_numel(copy_data_shape(o.layout)))),
+                0xA5);  // unwritten bytes show
     scale.assign(static_cast<size_t>(shape_numel(copy_scale_shape(o.layout)) * scale_bytes), 0);
     o.data = data.data();
     o.scale_inv = scale.data();
@@ -63,7 +74,7 @@ Result run(QuantCastFn cast, AmaxFn amax_fn, const Case& c, const QuantInput& in
   if (p.columnwise) make(Usage::columnwise, r.col_data, r.col_scale, out.col);
   if (image_dtype) {
     out.image = ImageSpec{*image_dtype, false};
-    const size_t bytes = static_cast<size_t>(in.M * in.K * dtype_storage_bytes(*image_dtype, 1));
+    const size_t bytes = static_cast<size_t>(dtype_storage_bytes(*image_dtype, in.M * in.K));
     if (p.rowwise) r.row_image.assign(bytes, 0x5A), out.row_image = r.row_image.data();
     if (p.columnwise) r.col_image.assign(bytes, 0x5A), out.col_image = r.col_image.data();
   }
@@ -92,71 +103,98 @@ QuantInput input_of(const Tensor& t) {
   return in;
 }
 
+void expect_same_for(const Case& c, const Tensor& x, Usage u, const DType* image, const std::string& what) {
+  const QuantInput in = input_of(x);
+  expect_same(run(quantize_cpu, quant_amax_cpu, c, in, u, image), run(quantize_ref, quant_amax_ref, c, in, u, image),
+              case_name(c) + " " + what + " " + std::string(usage_name(u)) +
+                  (image ? " image " + std::string(dtype_name(*image)) : ""));
+}
+
+const DType kF32 = DType::f32, kBf16 = DType::bf16, kF16 = DType::f16;
+const DType* const kImages[] = {nullptr, &kF32, &kBf16, &kF16};
+const Usage kUsages[] = {Usage::rowwise, Usage::columnwise, Usage::both};
+
 class QuantizeCpu : public ::testing::TestWithParam<Case> {};
 
+// Shapes with partial blocks and tiles, several panels, and empty ones; values with and without specials (an Inf
+// sets a per-tensor amax to Inf, so finite inputs give current scaling a scale other than 1).
 TEST_P(QuantizeCpu, EqualsTheReference) {
   const Case c = GetParam();
-  const DType f32 = DType::f32, bf16 = DType::bf16;
-  const Shape shapes[] = {{1, 1}, {3, 130}, {129, 257}, {256, 128}, {0, 128}, {128, 0}};
+  const Shape shapes[] = {{1, 1}, {3, 130}, {129, 257}, {300, 128}, {0, 128}, {128, 0}};
   uint64_t seed = 1;
   for (const Shape& shape : shapes)
     for (DType dt : {DType::bf16, DType::f16, DType::f32})
-      for (Usage u : {Usage::rowwise, Usage::columnwise, Usage::both})
-        for (const DType* image : {static_cast<const DType*>(nullptr), &f32, &bf16}) {
-          const Tensor x = qtest::make_input(shape, dt, seed++, true);
-          const QuantInput in = input_of(x);
-          const std::string what = case_name(c) + " " + shape_str(shape) + " " + std::string(dtype_name(dt)) + " " +
-                                   std::string(usage_name(u)) +
-                                   (image ? " image " + std::string(dtype_name(*image)) : "");
-          expect_same(run(quantize_cpu, quant_amax_cpu, c, in, u, image),
-                      run(quantize_ref, quant_amax_ref, c, in, u, image), what);
-        }
+      for (bool specials : {true, false}) {
+        const Tensor x = qtest::make_input(shape, dt, seed++, specials);
+        for (Usage u : kUsages)
+          for (const DType* image : kImages)
+            expect_same_for(c, x, u, image,
+                            shape_str(shape) + " " + std::string(dtype_name(dt)) + (specials ? " specials" : ""));
+      }
 }
 
-// Rows and columns that are not contiguous (a transposed view): the path that widens element by element.
+// Inputs that are not dense: a transposed view (each element read on its own) and a slice of columns (rows read
+// as spans, at a row stride that is not the row length, from an offset).
 TEST_P(QuantizeCpu, StridedInputEqualsTheReference) {
   const Case c = GetParam();
-  const Tensor base = qtest::make_input({200, 136}, DType::bf16, 77, true);
-  const Tensor xt = base.transpose(0, 1);  // [136, 200], stride_k = 136
-  for (Usage u : {Usage::rowwise, Usage::both})
-    expect_same(run(quantize_cpu, quant_amax_cpu, c, input_of(xt), u, nullptr),
-                run(quantize_ref, quant_amax_ref, c, input_of(xt), u, nullptr), case_name(c) + " transposed view");
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const Tensor base = qtest::make_input({200, 300}, dt, 77, false);
+    const Tensor views[] = {base.transpose(0, 1), base.narrow(1, 5, 260), base.narrow(0, 3, 150).narrow(1, 40, 128)};
+    const char* names[] = {"transposed", "column slice", "row and column slice"};
+    for (int v = 0; v < 3; ++v)
+      for (Usage u : kUsages)
+        for (const DType* image : {static_cast<const DType*>(nullptr), &kF32})
+          expect_same_for(c, views[v], u, image, std::string(names[v]) + " " + std::string(dtype_name(dt)));
+  }
 }
 
-// f32 inputs whose bit patterns step through every binade (NaNs and infinities included). With the per-tensor scale 1
-// the cast sees them as they are: every rounding case of both casts, normal and subnormal, saturating, ties included.
+// f32 inputs whose bit patterns step through every binade (NaNs and infinities included), led by the exact ties
+// and powers of two of both fp8 formats' subnormal ranges. With the per-tensor scale 1 the cast sees them as they
+// are: every rounding case of both casts, normal and subnormal, saturating, ties included.
 TEST_P(QuantizeCpu, EveryBinadeEqualsTheReference) {
   const Case c = GetParam();
   const int64_t M = 256, K = 1024;
   std::vector<float> v(static_cast<size_t>(M * K));
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t bits = static_cast<uint32_t>(i) * 16411u;  // odd: 2^18 distinct patterns over all 2^32
-    // Exact ties: half of E4M3's last kept bit (bit 20), or of E5M2's (bit 21), with that bit odd or even.
+    // Exact ties of normal values: half of E4M3's last kept bit (bit 20), or of E5M2's (bit 21), that bit odd or even.
     if (i % 3 == 0) bits = (bits & 0xFF800000u) | 0x00080000u | ((bits >> 9) & 0x00100000u);
     if (i % 3 == 1) bits = (bits & 0xFF800000u) | 0x00100000u | ((bits >> 9) & 0x00200000u);
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    v[i] = f;
+    std::memcpy(&v[i], &bits, sizeof(float));
   }
+  // Subnormal ties ((k + 1/2) quanta: 2^-9 for E4M3, 2^-16 for E5M2), their neighbours, and powers of two.
+  size_t at = 0;
+  const auto put = [&](float f) {
+    v[at++] = f;
+    v[at++] = -f;
+    v[at++] = std::nextafter(f, 0.f);
+    v[at++] = std::nextafter(f, 1.f);
+  };
+  for (int k = 0; k < 8; ++k) put((k + 0.5f) * std::ldexp(1.f, -9));
+  for (int k = 0; k < 4; ++k) put((k + 0.5f) * std::ldexp(1.f, -16));
+  for (int e = -40; e <= 20; ++e) put(std::ldexp(1.f, e));
   const Tensor x = Tensor::from_f32(v, {M, K}, DType::f32);
-  for (Usage u : {Usage::rowwise, Usage::both})
-    expect_same(run(quantize_cpu, quant_amax_cpu, c, input_of(x), u, nullptr),
-                run(quantize_ref, quant_amax_ref, c, input_of(x), u, nullptr), case_name(c) + " every binade");
+  for (Usage u : {Usage::rowwise, Usage::both}) expect_same_for(c, x, u, &kF32, "every binade");
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, QuantizeCpu,
-                         ::testing::Values(Case{QuantFormat::fp8_per_tensor, DType::fp8_e4m3, false, false},
-                                           Case{QuantFormat::fp8_per_tensor, DType::fp8_e5m2, true, false},
-                                           Case{QuantFormat::fp8_per_tensor, DType::fp8_e4m3, false, true},
-                                           Case{QuantFormat::fp8_per_tensor, DType::fp8_e5m2, false, true},
-                                           Case{QuantFormat::fp8_block_1d, DType::fp8_e4m3, false, false},
-                                           Case{QuantFormat::fp8_block_1d, DType::fp8_e4m3, true, false},
-                                           Case{QuantFormat::fp8_block_1d, DType::fp8_e5m2, false, false},
-                                           Case{QuantFormat::fp8_block_2d, DType::fp8_e4m3, true, false},
-                                           Case{QuantFormat::fp8_block_2d, DType::fp8_e5m2, false, false},
-                                           Case{QuantFormat::mxfp8, DType::fp8_e4m3, false, false},
-                                           Case{QuantFormat::mxfp8, DType::fp8_e5m2, false, false},
-                                           Case{QuantFormat::nvfp4_1d, DType::fp4_e2m1, false, false}),
+const Case kCases[] = {
+    {QuantFormat::fp8_per_tensor, DType::fp8_e4m3},
+    {QuantFormat::fp8_per_tensor, DType::fp8_e5m2, true},
+    {QuantFormat::fp8_per_tensor, DType::fp8_e4m3, false, 0.f, 0.f, 0.25f},
+    {QuantFormat::fp8_per_tensor, DType::fp8_e4m3, false, 1.f},
+    {QuantFormat::fp8_per_tensor, DType::fp8_e5m2, false, 1.f},
+    {QuantFormat::fp8_per_tensor, DType::fp8_e4m3, false, 3.5f},
+    {QuantFormat::fp8_block_1d, DType::fp8_e4m3},
+    {QuantFormat::fp8_block_1d, DType::fp8_e4m3, true},
+    {QuantFormat::fp8_block_1d, DType::fp8_e4m3, true, 0.f, 1e-3f},
+    {QuantFormat::fp8_block_1d, DType::fp8_e5m2},
+    {QuantFormat::fp8_block_2d, DType::fp8_e4m3, true},
+    {QuantFormat::fp8_block_2d, DType::fp8_e5m2},
+    {QuantFormat::mxfp8, DType::fp8_e4m3},
+    {QuantFormat::mxfp8, DType::fp8_e5m2},
+    {QuantFormat::nvfp4_1d, DType::fp4_e2m1},
+};
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizeCpu, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 }  // namespace
