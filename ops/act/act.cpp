@@ -8,11 +8,9 @@
 namespace te {
 namespace {
 
-std::string desc(const Tensor& t) { return t.defined() ? t.str() : std::string("undefined"); }
-
 void check_hp(const Tensor& t, const char* op, const char* what) {
   TE_CHECK_HINT(t.defined() && is_high_precision(t.dtype()) && t.dim() >= 1,
-                op << ": " << what << " must be a defined f32/bf16/f16 tensor of at least 1 dim; got " << desc(t),
+                op << ": " << what << " must be a defined f32/bf16/f16 tensor of at least 1 dim; got " << t.str(),
                 "cast it with te::cast first");
 }
 void check_device(const Tensor& x, const Stream& stream, const char* op) {
@@ -125,7 +123,7 @@ void bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream) {
   TE_CHECK_HINT(dbias.defined() && is_high_precision(dbias.dtype()) && dbias.dim() == 1 && dbias.size(0) == F &&
                     dbias.is_contiguous() && dbias.device() == dy.device(),
                 "bias_grad: dbias must be a contiguous [" << F << "] f32/bf16/f16 tensor on " << dy.device().str()
-                                                          << "; got " << desc(dbias),
+                                                          << "; got " << dbias.str(),
                 "allocate it with Tensor::empty");
   if (F == 0) return;
   if (M == 0) {

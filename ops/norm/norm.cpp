@@ -8,20 +8,18 @@
 namespace te {
 namespace {
 
-std::string desc(const Tensor& t) { return t.defined() ? t.str() : std::string("undefined"); }
-
 void check_hp(const Tensor& t, const char* what) {
   TE_CHECK_HINT(t.defined() && is_high_precision(t.dtype()),
-                "norm: " << what << " must be a defined f32/bf16/f16 tensor; got " << desc(t),
+                "norm: " << what << " must be a defined f32/bf16/f16 tensor; got " << t.str(),
                 "cast it with te::cast first");
 }
 
 void check_vec(const Tensor& t, int64_t n, DType dtype, Device dev, const char* what) {
-  TE_CHECK_HINT(t.defined() && t.dim() == 1 && t.size(0) == n && t.dtype() == dtype && t.device() == dev &&
-                    t.is_contiguous(),
-                "norm: " << what << " must be a contiguous [" << n << "] " << dtype_name(dtype) << " tensor on "
-                         << dev.str() << "; got " << desc(t),
-                "allocate it with Tensor::empty");
+  TE_CHECK_HINT(
+      t.defined() && t.dim() == 1 && t.size(0) == n && t.dtype() == dtype && t.device() == dev && t.is_contiguous(),
+      "norm: " << what << " must be a contiguous [" << n << "] " << dtype_name(dtype) << " tensor on " << dev.str()
+               << "; got " << t.str(),
+      "allocate it with Tensor::empty");
 }
 
 void check_device(const Tensor& x, const Stream& stream) {
