@@ -4,6 +4,7 @@
 // taken. NVFP4 is handed to the reference itself; one case checks that hand-over.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -46,6 +47,8 @@ struct Result {
 
 using AmaxFn = void (*)(const QuantInput&, const QuantParams&, float*, float*, const Stream&);
 
+size_t at_least_one(int64_t bytes) { return static_cast<size_t>(std::max<int64_t>(bytes, 1)); }
+
 Result run(QuantCastFn cast, AmaxFn amax_fn, const Case& c, const QuantInput& in, Usage usages,
            const DType* image_dtype) {
   QuantParams p;
@@ -64,9 +67,10 @@ Result run(QuantCastFn cast, AmaxFn amax_fn, const Case& c, const QuantInput& in
   const int64_t scale_bytes = dtype_storage_bytes(quant_format_info(c.format).scale_dtype, 1);
   auto make = [&](Usage u, std::vector<uint8_t>& data, std::vector<uint8_t>& scale, QuantCopyOut& o) {
     o.layout = copy_layout(c.format, u, in.M, in.K);
-    data.assign(static_cast<size_t>(dtype_storage_bytes(c.data_dtype, shape_numel(copy_data_shape(o.layout)))),
+    // At least one byte each, as the quantizer's tensors have: an empty copy's pointers are still valid.
+    data.assign(at_least_one(dtype_storage_bytes(c.data_dtype, shape_numel(copy_data_shape(o.layout)))),
                 0xA5);  // unwritten bytes show
-    scale.assign(static_cast<size_t>(shape_numel(copy_scale_shape(o.layout)) * scale_bytes), 0);
+    scale.assign(at_least_one(shape_numel(copy_scale_shape(o.layout)) * scale_bytes), 0);
     o.data = data.data();
     o.scale_inv = scale.data();
   };
@@ -74,7 +78,7 @@ Result run(QuantCastFn cast, AmaxFn amax_fn, const Case& c, const QuantInput& in
   if (p.columnwise) make(Usage::columnwise, r.col_data, r.col_scale, out.col);
   if (image_dtype) {
     out.image = ImageSpec{*image_dtype, false};
-    const size_t bytes = static_cast<size_t>(dtype_storage_bytes(*image_dtype, in.M * in.K));
+    const size_t bytes = at_least_one(dtype_storage_bytes(*image_dtype, in.M * in.K));
     if (p.rowwise) r.row_image.assign(bytes, 0x5A), out.row_image = r.row_image.data();
     if (p.columnwise) r.col_image.assign(bytes, 0x5A), out.col_image = r.col_image.data();
   }
