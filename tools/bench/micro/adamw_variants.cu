@@ -20,6 +20,7 @@
 
 #include "graph/optimizer_math.h"
 #include "micro_check.h"
+#include "micro_timing.h"
 
 namespace {
 using te::detail::SlotPtrs;
@@ -176,20 +177,7 @@ void time_variant(const char* name, const Buffers& b, int64_t total, Launch laun
     *reference = out;
   else
     verdict = std::memcmp(reference->data(), out.data(), out.size() * 2) == 0 ? "equal" : "DIFFERENT";
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int r = 0; r < 30; ++r) {
-    CHECK(cudaEventRecord(e0));
-    launch();
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  const std::vector<float> ms = sorted_event_ms(launch, 30, 0);
   const double med = ms[ms.size() / 2];
   std::printf("%-28s median %.4f ms  min %.4f ms  %.2f TB/s  bf16 copy %s\n", name, med, ms.front(),
               30.0 * static_cast<double>(total) / (med * 1e-3) / 1e12, verdict);

@@ -23,6 +23,7 @@
 
 #include "graph/optimizer_math.h"
 #include "micro_check.h"
+#include "micro_timing.h"
 
 #define LT(x)                                                                 \
   do {                                                                        \
@@ -38,37 +39,9 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kPinSmem = 160 * 1024;  // one such block per SM, and no GEMM CTA beside it
 
-// AdamW over n f32 elements (n a multiple of 4), a grid-stride loop of float4 units, bf16 copy written.
-__global__ void __launch_bounds__(kThreads) adamw_kernel(float* p, const float* g, float* m, float* v, uint16_t* w,
-                                                         int64_t n, const te::AdamWScalars* scalars) {
-  extern __shared__ uint8_t pin[];
-  if (n < 0) pin[threadIdx.x] = 0;  // never: keeps the shared memory request
-  const te::AdamWScalars s = *scalars;
-  for (int64_t i0 = (blockIdx.x * int64_t{kThreads} + threadIdx.x) * 4; i0 < n;
-       i0 += int64_t{gridDim.x} * kThreads * 4) {
-    float4 pp = *reinterpret_cast<const float4*>(p + i0);
-    const float4 gg = *reinterpret_cast<const float4*>(g + i0);
-    float4 mm = *reinterpret_cast<const float4*>(m + i0);
-    float4 vv = *reinterpret_cast<const float4*>(v + i0);
-    te::detail::adamw_update(pp.x, gg.x, mm.x, vv.x, s);
-    te::detail::adamw_update(pp.y, gg.y, mm.y, vv.y, s);
-    te::detail::adamw_update(pp.z, gg.z, mm.z, vv.z, s);
-    te::detail::adamw_update(pp.w, gg.w, mm.w, vv.w, s);
-    *reinterpret_cast<float4*>(p + i0) = pp;
-    *reinterpret_cast<float4*>(m + i0) = mm;
-    *reinterpret_cast<float4*>(v + i0) = vv;
-    const uint32_t lo = te::bf16_from_f32(pp.x) | (uint32_t{te::bf16_from_f32(pp.y)} << 16);
-    const uint32_t hi = te::bf16_from_f32(pp.z) | (uint32_t{te::bf16_from_f32(pp.w)} << 16);
-    *reinterpret_cast<uint2*>(w + i0) = make_uint2(lo, hi);
-  }
-}
-
-// The same update as a plain grid: one float4 unit per thread.
-__global__ void __launch_bounds__(256)
-    adamw_flood(float* p, const float* g, float* m, float* v, uint16_t* w, int64_t n, const te::AdamWScalars* scalars) {
-  const int64_t i0 = (blockIdx.x * int64_t{256} + threadIdx.x) * 4;
-  if (i0 >= n) return;
-  const te::AdamWScalars s = *scalars;
+// AdamW on the four elements at i0 (as the engine's optimizer_math.h does them) and their bf16 copy.
+__device__ __forceinline__ void adamw_unit(float* p, const float* g, float* m, float* v, uint16_t* w, int64_t i0,
+                                           const te::AdamWScalars& s) {
   float4 pp = *reinterpret_cast<const float4*>(p + i0);
   const float4 gg = *reinterpret_cast<const float4*>(g + i0);
   float4 mm = *reinterpret_cast<const float4*>(m + i0);
@@ -83,6 +56,23 @@ __global__ void __launch_bounds__(256)
   const uint32_t lo = te::bf16_from_f32(pp.x) | (uint32_t{te::bf16_from_f32(pp.y)} << 16);
   const uint32_t hi = te::bf16_from_f32(pp.z) | (uint32_t{te::bf16_from_f32(pp.w)} << 16);
   *reinterpret_cast<uint2*>(w + i0) = make_uint2(lo, hi);
+}
+
+// AdamW over n f32 elements (n a multiple of 4), a grid-stride loop of float4 units.
+__global__ void __launch_bounds__(kThreads) adamw_kernel(float* p, const float* g, float* m, float* v, uint16_t* w,
+                                                         int64_t n, const te::AdamWScalars* scalars) {
+  extern __shared__ uint8_t pin[];
+  if (n < 0) pin[threadIdx.x] = 0;  // never: keeps the shared memory request
+  const te::AdamWScalars s = *scalars;
+  for (int64_t i0 = (blockIdx.x * int64_t{kThreads} + threadIdx.x) * 4; i0 < n; i0 += int64_t{gridDim.x} * kThreads * 4)
+    adamw_unit(p, g, m, v, w, i0, s);
+}
+
+// The same update as a plain grid: one float4 unit per thread.
+__global__ void __launch_bounds__(256)
+    adamw_flood(float* p, const float* g, float* m, float* v, uint16_t* w, int64_t n, const te::AdamWScalars* scalars) {
+  const int64_t i0 = (blockIdx.x * int64_t{256} + threadIdx.x) * 4;
+  if (i0 < n) adamw_unit(p, g, m, v, w, i0, *scalars);
 }
 
 __global__ void fill_bytes(uint8_t* x, int64_t n, uint32_t seed) {
@@ -157,21 +147,7 @@ void run_gemm(cublasLtHandle_t h, const Gemm& g, void* ws, size_t ws_bytes, cuda
 
 template <typename Fn>
 double median_ms(Fn fn) {
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  for (int w = 0; w < 3; ++w) fn();
-  std::vector<float> ms;
-  for (int r = 0; r < 20; ++r) {
-    CHECK(cudaEventRecord(e0));
-    fn();
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  const std::vector<float> ms = sorted_event_ms(fn, 20, 3);
   return ms[ms.size() / 2];
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "micro_check.h"
+#include "micro_timing.h"
 
 namespace {
 
@@ -202,9 +203,6 @@ int main() {
   CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int64_t* sink = nullptr;
   CHECK(cudaMalloc(&sink, 8));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
   struct Shape {
     const char* name;
     int rows;
@@ -212,19 +210,13 @@ int main() {
   };
   // Median µs per launch over 10 timed samples of n back-to-back launches (n = 1: the launch gap included).
   const auto median_us = [&](const auto& launch, int n) {
-    std::vector<float> ts;
-    for (int rep = 0; rep < 12; ++rep) {
-      CHECK(cudaEventRecord(a));
-      for (int i = 0; i < n; ++i) launch();
-      CHECK(cudaEventRecord(b));
-      CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, a, b));
-      if (rep >= 2) ts.push_back(ms * 1e3f / n);
-    }
+    const std::vector<float> ms = sorted_event_ms(
+        [&] {
+          for (int i = 0; i < n; ++i) launch();
+        },
+        10, 2);
     CHECK(cudaGetLastError());
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
+    return ms[ms.size() / 2] * 1e3f / n;
   };
   for (const Shape sh : {Shape{"FC1 16384x4096", 16384, 4096}, Shape{"FC2 4096x16384", 4096, 16384}}) {
     const int64_t bytes = int64_t(sh.rows) * sh.kbytes;
