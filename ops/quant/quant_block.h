@@ -140,6 +140,10 @@ TE_HD float code_value(QuantFormat f, DType data_dtype, uint8_t code) {
   return nvfp4_format(f) ? e2m1_to_f32(code) : fp8_to_f32(code, data_dtype);
 #endif
 }
+// The value of every element code of a copy, for the CPU paths' table lookups instead of a decode per element.
+inline void fill_code_values(QuantFormat f, DType data_dtype, float (&values)[256]) {
+  for (int code = 0; code < 256; ++code) values[code] = code_value(f, data_dtype, static_cast<uint8_t>(code));
+}
 TE_HD float element_value(QuantFormat f, float code_value, float block_scale, float s_dec) {
   return nvfp4_format(f) ? code_value * block_scale * s_dec : code_value * block_scale;
 }

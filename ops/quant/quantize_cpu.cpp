@@ -126,9 +126,7 @@ void quantize_copy_fast(const QuantParams& p, DType in, float copy_amax, const Q
   if (R == 0 || C == 0) return;
 
   float values[256];
-  if (image)
-    for (int code = 0; code < 256; ++code)
-      values[code] = code_value(p.format, p.data_dtype, static_cast<uint8_t>(code));
+  if (image) fill_code_values(p.format, p.data_dtype, values);
   const float s_dec = image_s_dec(spec, 1.0f);
   const int64_t group = L.two_d ? B : 1;  // rows that share a scale (a 2D tile's)
   std::vector<float> rows(static_cast<size_t>(panel * C)), img(image ? rows.size() : 0), amax(static_cast<size_t>(nb));

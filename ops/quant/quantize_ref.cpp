@@ -44,11 +44,6 @@ float amax_of(const std::vector<float>& v) {
   return a;
 }
 
-// The value of every element code of a copy (a table lookup instead of a decode per element).
-void fill_code_values(QuantFormat f, DType data_dtype, float (&values)[256]) {
-  for (int code = 0; code < 256; ++code) values[code] = code_value(f, data_dtype, static_cast<uint8_t>(code));
-}
-
 // The image of a copy's view A [R, C] (row-major, f32) stored in x's [M, K] order: A itself for the row-wise copy,
 // its transpose for the column-wise one.
 void store_image(const std::vector<float>& A, int64_t R, int64_t C, bool transposed, void* image, DType dtype) {
