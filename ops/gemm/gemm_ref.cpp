@@ -52,16 +52,10 @@ static F32Operand operand_f32(const GemmOperand& op, Usage usage, GemmRole role,
   return out;
 }
 
-// c (f32, [P, Q]) into out in out's dtype: store_f32's rounding, element by element.
+// c (f32, [P, Q]) into out in out's dtype: the cast's rounding.
 static void store_result(const std::vector<float>& c, Tensor& out) {
   if (!out.is_contiguous()) return out.copy_from(Tensor::from_f32(c, out.shape(), out.dtype()));
-  if (out.dtype() == DType::f32) return (void)std::copy(c.begin(), c.end(), out.data<float>());
-  void* dst = out.data_ptr();
-  if (out.dtype() == DType::bf16) {
-    for (size_t i = 0; i < c.size(); ++i) static_cast<uint16_t*>(dst)[i] = bf16_from_f32(c[i]);
-    return;
-  }
-  for (size_t i = 0; i < c.size(); ++i) store_f32(dst, out.dtype(), static_cast<int64_t>(i), c[i]);
+  cpu::cast(c.data(), DType::f32, out.data_ptr(), out.dtype(), static_cast<int64_t>(c.size()));
 }
 
 void gemm_cpu(const GemmOperand& a, const GemmOperand& b, GemmRole role, Tensor& out, const GemmOptions& opts,
