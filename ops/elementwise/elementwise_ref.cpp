@@ -20,13 +20,18 @@ void add(const void* a, DType ta, const void* b, DType tb, const void* bias, DTy
 }
 
 void cast(const void* x, DType tx, void* out, DType tout, int64_t n) {
-  // f32 → f32 / bf16 (the CPU GEMM's results) without a dtype switch per element: the same values and roundings.
+  // f32 → f32 / bf16 and bf16 → f32 (the CPU GEMM's results, the CPU quantize's inputs and images) without a dtype
+  // switch per element: the same values and roundings.
   if (tx == DType::f32 && tout == DType::f32) {
     if (n > 0) std::memmove(out, x, static_cast<size_t>(n) * sizeof(float));  // may be in place
     return;
   }
   if (tx == DType::f32 && tout == DType::bf16) {
     for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = bf16_from_f32(static_cast<const float*>(x)[i]);
+    return;
+  }
+  if (tx == DType::bf16 && tout == DType::f32) {
+    for (int64_t i = 0; i < n; ++i) static_cast<float*>(out)[i] = bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
     return;
   }
   for (int64_t i = 0; i < n; ++i) store_f32(out, tout, i, load_f32(x, tx, i));

@@ -7,10 +7,10 @@
 // else take the reference (quantize_ref.cpp), which stays the oracle these paths are tested against.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "engine/element.h"
+#include "ops/elementwise/elementwise_impl.h"
 #include "ops/quant/quant_block.h"
 #include "ops/quant/quant_kernels.h"
 
@@ -24,14 +24,10 @@ constexpr int64_t kPanel = 128;  // rows of A per panel: the 2D tile height, so 
 // x[m, k0 .. k0 + n) widened to f32 (exact for bf16/f16).
 void load_span(const QuantInput& x, int64_t m, int64_t k0, int64_t n, float* dst) {
   const int64_t first = m * x.stride_m + k0 * x.stride_k;
-  if (x.stride_k == 1 && x.dtype == DType::bf16) {
-    const uint16_t* src = static_cast<const uint16_t*>(x.data) + first;
-    for (int64_t k = 0; k < n; ++k) dst[k] = bf16_to_f32(src[k]);
-  } else if (x.stride_k == 1 && x.dtype == DType::f32) {
-    std::memcpy(dst, static_cast<const float*>(x.data) + first, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    for (int64_t k = 0; k < n; ++k) dst[k] = load_f32(x.data, x.dtype, first + k * x.stride_k);
-  }
+  if (x.stride_k == 1)
+    return cpu::cast(static_cast<const char*>(x.data) + dtype_storage_bytes(x.dtype, first), x.dtype, dst, DType::f32,
+                     n);
+  for (int64_t k = 0; k < n; ++k) dst[k] = load_f32(x.data, x.dtype, first + k * x.stride_k);
 }
 
 // Columns [k0, k0 + n) of x (n <= kPanel) widened and transposed: dst[j * M + m] = x[m, k0 + j]. Sixteen rows at a
@@ -95,23 +91,21 @@ void encode_span(const float* a, int64_t n, float factor, uint8_t* codes) {
 }
 
 // Rows [p0, p0 + n) of a copy's image ([n, C] f32 in `img`) stored in x's [M, K] order: as they are (A = x), or as
-// columns p0.. of x (A = xᵀ, R = K). Each element is written once, in the order of the destination.
+// columns p0.. of x (A = xᵀ, R = K), each element written once in the order of the destination.
 void store_panel_image(const float* img, int64_t p0, int64_t n, int64_t R, int64_t C, bool transposed, void* image,
                        DType dtype) {
-  const auto each = [&](auto&& put) {  // put(destination index, value)
-    if (transposed) {
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t i = 0; i < n; ++i) put(c * R + p0 + i, img[i * C + c]);
-    } else {
-      for (int64_t i = 0; i < n * C; ++i) put(p0 * C + i, img[i]);
-    }
+  if (!transposed)
+    return cpu::cast(img, DType::f32, static_cast<char*>(image) + dtype_storage_bytes(dtype, p0 * C), dtype, n * C);
+  const auto scatter = [&](auto&& put) {  // put(destination index, value)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < n; ++i) put(c * R + p0 + i, img[i * C + c]);
   };
   if (dtype == DType::f32)
-    each([&](int64_t at, float v) { static_cast<float*>(image)[at] = v; });
+    scatter([&](int64_t at, float v) { static_cast<float*>(image)[at] = v; });
   else if (dtype == DType::bf16)
-    each([&](int64_t at, float v) { static_cast<uint16_t*>(image)[at] = bf16_from_f32(v); });
+    scatter([&](int64_t at, float v) { static_cast<uint16_t*>(image)[at] = bf16_from_f32(v); });
   else
-    each([&](int64_t at, float v) { store_f32(image, dtype, at, v); });
+    scatter([&](int64_t at, float v) { store_f32(image, dtype, at, v); });
 }
 
 // One copy of A [R, C] (x, or xᵀ for the column-wise copy), written a panel of rows at a time: the rows of A that
