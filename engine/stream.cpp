@@ -8,14 +8,18 @@
 
 namespace te {
 
-Stream Stream::create(Device device) {
+Stream Stream::create(Device device, StreamPriority priority) {
+  (void)priority;  // CPU streams have none
   Stream s;
   s.device_ = device;
 #if TE_WITH_CUDA
   if (device.is_cuda()) {
     set_current_device(device);
+    int least = 0, greatest = 0;
+    TE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t st;
-    TE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    TE_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, priority == StreamPriority::high ? greatest : least));
     s.handle_ = std::shared_ptr<void>(st, [](void* p) { cudaStreamDestroy(static_cast<cudaStream_t>(p)); });
   }
 #endif

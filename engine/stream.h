@@ -7,10 +7,16 @@
 
 namespace te {
 
+// A CUDA stream's scheduling priority: when SMs free up, blocks of waiting kernels on `high` streams are placed
+// before those on `normal` ones (CUDA's default, which is also its lowest). The engine runs its compute and
+// communication streams high, so work it puts on a normal stream only fills SMs they leave idle.
+enum class StreamPriority : uint8_t { normal, high };
+
 class Stream {
  public:
   Stream() = default;  // CPU, or the CUDA legacy default stream when used with a CUDA device
-  static Stream create(Device device);  // a new non-blocking CUDA stream (or a CPU stream)
+  // A new non-blocking CUDA stream (or a CPU stream, where the priority means nothing).
+  static Stream create(Device device, StreamPriority priority = StreamPriority::normal);
   // Someone else's cudaStream_t (nullptr: the legacy default stream), not owned: it must outlive the Stream.
   static Stream borrow(Device device, void* handle);
   Device device() const { return device_; }

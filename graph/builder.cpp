@@ -1,5 +1,7 @@
 #include "graph/builder.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 
 namespace te {
@@ -85,6 +87,14 @@ int GraphBuilder::add1(const OpDef& op, std::vector<int> inputs, Attrs attrs, st
   TE_CHECK(op.num_outputs == 1, "GraphBuilder::add1 used with op '" << op.name << "', which has " << op.num_outputs
                                                                     << " outputs; use add()");
   return add(op, std::move(inputs), std::move(attrs), std::move(name))[0];
+}
+
+void GraphBuilder::order_after(int node, int earlier) {
+  TE_CHECK(node >= 0 && node < g_.num_nodes() && earlier >= 0 && earlier < g_.num_nodes(),
+           "order_after: node ids " << node << ", " << earlier << " are not both in this graph");
+  TE_CHECK(node != earlier, "order_after: " << g_.node_label(node) << " cannot run after itself");
+  std::vector<int>& after = g_.nodes_[static_cast<size_t>(node)].after;
+  if (std::find(after.begin(), after.end(), earlier) == after.end()) after.push_back(earlier);
 }
 
 void GraphBuilder::mark_output(int value) {

@@ -32,6 +32,10 @@ class GraphBuilder {
   // backward nodes always share their forward node's. Returns the state set before.
   std::shared_ptr<NodeState> set_node_state(std::shared_ptr<NodeState> state);
 
+  // `node` runs after `earlier` although it reads none of its outputs (a control edge: the planner orders, and
+  // across streams synchronises, the two as if a value connected them, and no buffer lives longer for it).
+  void order_after(int node, int earlier);
+
   // Keeps `value` alive to the end of the step so the caller can read it (Executor::tensor).
   void mark_output(int value);
   void set_value_name(int value, std::string name);

@@ -25,10 +25,11 @@ struct Executor::Impl {
   // host_threads mode
   std::array<std::unique_ptr<HostStream>, kNumStreamClasses> host;
   std::vector<HostEvent> host_events;
-  HostEvent host_fork, host_join;
+  HostEvent host_fork;
   // cuda mode
   std::vector<Event> events;
-  Event fork, join;
+  Event fork;
+  std::array<Event, kNumStreamClasses - 1> join;  // one per stream besides compute
   CudaGraph graph;                  // cuda_graph: the captured step
   std::vector<void*> captured_ptrs;  // the bound tensors' addresses it was captured with
   // profile
@@ -75,7 +76,10 @@ Executor::Executor(const Graph& graph, Plan plan, Device device, ExecOptions opt
 
   if (device.is_cuda()) {
     set_current_device(device);
-    for (auto& s : m.streams) s = Stream::create(device);
+    // Side work (StreamClass::side) runs below the other two: it only takes SMs their kernels leave idle.
+    for (int c = 0; c < kNumStreamClasses; ++c)
+      m.streams[static_cast<size_t>(c)] = Stream::create(
+          device, c == static_cast<int>(StreamClass::side) ? StreamPriority::normal : StreamPriority::high);
     if (m.opt.compute_stream) m.streams[0] = *m.opt.compute_stream;
   }
   m.arena = Tensor::empty({std::max<int64_t>(plan_.arena_bytes, 1)}, DType::u8, device, m.streams[0]);
@@ -119,7 +123,7 @@ Executor::Executor(const Graph& graph, Plan plan, Device device, ExecOptions opt
   } else if (m.opt.mode == ExecMode::cuda) {
     for (size_t e = 0; e < plan_.events.size(); ++e) m.events.push_back(Event::create(device));
     m.fork = Event::create(device);
-    m.join = Event::create(device);
+    for (auto& j : m.join) j = Event::create(device);
   }
 }
 
@@ -161,13 +165,14 @@ std::vector<double> Executor::step_ms() const {
 
 const Stream& Executor::compute_stream() const { return impl_->streams[0]; }
 const Stream& Executor::comm_stream() const { return impl_->streams[1]; }
+const Stream& Executor::side_stream() const { return impl_->streams[2]; }
 
 bool Executor::graph_captured() const { return impl_->graph.captured(); }
 
 void Executor::synchronize() {
   Impl& m = *impl_;
   if (m.opt.mode == ExecMode::host_threads) {
-    // Both streams drain before any error is rethrown, so no task outlives the call.
+    // Every stream drains before any error is rethrown, so no task outlives the call.
     std::exception_ptr err;
     for (auto& h : m.host) {
       try {
@@ -203,9 +208,8 @@ void Executor::run() {
 
   if (m.opt.mode == ExecMode::host_threads) {
     HostStream& compute = *m.host[0];
-    HostStream& comm = *m.host[1];
     m.host_fork.record(compute);
-    m.host_fork.wait(comm);
+    for (size_t c = 1; c < m.host.size(); ++c) m.host_fork.wait(*m.host[c]);
     for (size_t s = 0; s < steps.size(); ++s) {
       HostStream& lane = *m.host[static_cast<size_t>(steps[s].stream)];
       for (int e : m.waits[s]) m.host_events[static_cast<size_t>(e)].wait(lane);
@@ -213,9 +217,7 @@ void Executor::run() {
       lane.submit([this, s, node] { impl_->launch_step(g_, s, node, impl_->streams[0]); });
       for (int e : m.records[s]) m.host_events[static_cast<size_t>(e)].record(lane);
     }
-    m.host_join.record(comm);
-    m.host_join.wait(compute);
-    synchronize();
+    synchronize();  // every lane drains: no join event needed
     return;
   }
 
@@ -223,17 +225,19 @@ void Executor::run() {
   set_current_device(m.device);
   auto enqueue = [&] {
     const Stream& compute = m.streams[0];
-    const Stream& comm = m.streams[1];
     m.fork.record(compute);
-    m.fork.wait(comm);
+    for (size_t c = 1; c < m.streams.size(); ++c) m.fork.wait(m.streams[c]);
     for (size_t s = 0; s < steps.size(); ++s) {
       const Stream& lane = m.streams[static_cast<size_t>(steps[s].stream)];
       for (int e : m.waits[s]) m.events[static_cast<size_t>(e)].wait(lane);
       m.launch_step(g_, s, steps[s].node, lane);
       for (int e : m.records[s]) m.events[static_cast<size_t>(e)].record(lane);
     }
-    m.join.record(comm);
-    m.join.wait(compute);
+    // The other streams join the compute stream (one event each: a capture must end with every fork joined).
+    for (size_t c = 1; c < m.streams.size(); ++c) {
+      m.join[c - 1].record(m.streams[c]);
+      m.join[c - 1].wait(compute);
+    }
   };
   if (!m.opt.cuda_graph) {
     enqueue();

@@ -18,10 +18,11 @@ std::string bytes_str(int64_t b) {
 
 std::string explain(const Graph& g, const Plan& plan) {
   std::ostringstream os;
-  int comm_steps = 0;
-  for (const PlanStep& st : plan.steps) comm_steps += st.stream == StreamClass::comm;
-  os << "plan: " << plan.steps.size() << " nodes (" << comm_steps << " on comm), " << plan.events.size()
-     << " cross-stream events, " << plan.gathers.size() << " gathers\n";
+  int on[kNumStreamClasses] = {};
+  for (const PlanStep& st : plan.steps) ++on[static_cast<int>(st.stream)];
+  os << "plan: " << plan.steps.size() << " nodes (" << on[static_cast<int>(StreamClass::comm)] << " on comm";
+  if (on[static_cast<int>(StreamClass::side)] > 0) os << ", " << on[static_cast<int>(StreamClass::side)] << " on side";
+  os << "), " << plan.events.size() << " cross-stream events, " << plan.gathers.size() << " gathers\n";
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const PlanStep& st = plan.steps[s];
     const Node& node = g.node(st.node);
@@ -33,6 +34,7 @@ std::string explain(const Graph& g, const Plan& plan) {
       if (plan.events[e].consumer == node.id)
         os << "        wait  event " << e << " (" << stream_class_name(plan.events[e].record_on) << " node "
            << plan.events[e].producer << ")\n";
+    for (int a : node.after) os << "        after " << g.node_label(a) << "\n";
     for (int v : node.inputs) os << "        in    " << g.value_label(v) << "\n";
     for (int v : node.outputs) {
       const PlannedBuffer& b = plan.buffers[static_cast<size_t>(v)];

@@ -98,6 +98,9 @@ struct Node {
   Attrs attrs;
   std::shared_ptr<NodeState> state;  // null for ops that need none
   std::vector<int> inputs, outputs;  // value ids
+  // Nodes that must run before this one although no value connects them: e.g. the last reader of memory this node
+  // rewrites in place (GraphBuilder::order_after).
+  std::vector<int> after;
   bool is_backward = false;          // appended by build_backward
   int forward_node = -1;             // backward nodes: the forward node whose rule appended it
 

@@ -17,10 +17,14 @@ namespace te {
 
 class BackwardBuilder;  // graph/autograd.h
 
-// Which stream a node runs on: compute (kernels) or comm (collectives), so a gather overlaps independent compute.
-enum class StreamClass : uint8_t { compute = 0, comm = 1 };
-inline constexpr int kNumStreamClasses = 2;
-constexpr std::string_view stream_class_name(StreamClass s) { return s == StreamClass::compute ? "compute" : "comm"; }
+// Which stream a node runs on: compute (kernels), comm (collectives, so a gather overlaps independent compute), or
+// side: memory-bound work off the critical path (an optimizer step) on a stream of lower priority than compute, so
+// its blocks take the SMs the compute stream's kernels leave idle instead of delaying them.
+enum class StreamClass : uint8_t { compute = 0, comm = 1, side = 2 };
+inline constexpr int kNumStreamClasses = 3;
+constexpr std::string_view stream_class_name(StreamClass s) {
+  return s == StreamClass::compute ? "compute" : s == StreamClass::comm ? "comm" : "side";
+}
 
 // What the executor hands to kernels besides tensors: group facts and the collectives, set by the caller
 // (models/ wires its comm/ Communicator here; tests use fakes).

@@ -17,15 +17,25 @@ const GatherPlan* Plan::gather_plan(int node) const {
 
 namespace {
 
+// The nodes that must run after each node: its outputs' consumers and the nodes ordered after it (Node::after).
+std::vector<std::vector<int>> successors(const Graph& g) {
+  std::vector<std::vector<int>> succ(static_cast<size_t>(g.num_nodes()));
+  for (const Node& node : g.nodes()) {
+    for (int out : node.outputs)
+      for (int c : g.value(out).consumers) succ[static_cast<size_t>(node.id)].push_back(c);
+    for (int a : node.after) succ[static_cast<size_t>(a)].push_back(node.id);
+  }
+  return succ;
+}
+
 // Topological order (Kahn). Among ready nodes, comm nodes go first so collectives are enqueued as early as their
 // inputs allow and overlap the compute that follows; otherwise build order.
-std::vector<int> topo_order(const Graph& g) {
+std::vector<int> topo_order(const Graph& g, const std::vector<std::vector<int>>& succ) {
   const int n = g.num_nodes();
   std::vector<int> indeg(static_cast<size_t>(n), 0);
-  for (const Node& node : g.nodes())
-    for (int v : node.inputs)
-      if (g.value(v).producer >= 0) ++indeg[static_cast<size_t>(node.id)];
-  std::set<std::pair<int, int>> ready;  // (0 comm / 1 compute, node id)
+  for (const auto& next : succ)
+    for (int c : next) ++indeg[static_cast<size_t>(c)];
+  std::set<std::pair<int, int>> ready;  // (0 comm / 1 other, node id)
   auto prio = [&](int id) { return g.node(id).op->stream == StreamClass::comm ? 0 : 1; };
   for (int i = 0; i < n; ++i)
     if (indeg[static_cast<size_t>(i)] == 0) ready.insert({prio(i), i});
@@ -34,9 +44,8 @@ std::vector<int> topo_order(const Graph& g) {
     int id = ready.begin()->second;
     ready.erase(ready.begin());
     order.push_back(id);
-    for (int out : g.node(id).outputs)
-      for (int c : g.value(out).consumers)
-        if (--indeg[static_cast<size_t>(c)] == 0) ready.insert({prio(c), c});
+    for (int c : succ[static_cast<size_t>(id)])
+      if (--indeg[static_cast<size_t>(c)] == 0) ready.insert({prio(c), c});
   }
   TE_CHECK(static_cast<int>(order.size()) == n, "the graph has a cycle: only " << order.size() << " of " << n
                                                     << " nodes could be ordered");
@@ -81,20 +90,22 @@ struct HappensBefore {
   }
 };
 
-HappensBefore happens_before(const Graph& g, const std::vector<PlanStep>& steps, const std::vector<int>& pos) {
+HappensBefore happens_before(const std::vector<std::vector<int>>& node_succ, const std::vector<PlanStep>& steps,
+                             const std::vector<int>& pos) {
   HappensBefore hb;
   hb.n = static_cast<int>(steps.size());
   hb.words = (hb.n + 63) / 64;
   hb.bits.assign(static_cast<size_t>(hb.n) * static_cast<size_t>(hb.words), 0);
-  // Successors: data consumers, and the next step on the same stream (program order).
+  // Successors: data consumers and control edges, and the next step on the same stream (program order).
   std::vector<std::vector<int>> succ(static_cast<size_t>(hb.n));
-  int last_on[kNumStreamClasses] = {-1, -1};
+  int last_on[kNumStreamClasses];
+  std::fill(std::begin(last_on), std::end(last_on), -1);
   for (int s = 0; s < hb.n; ++s) {
     int& prev = last_on[static_cast<int>(steps[static_cast<size_t>(s)].stream)];
     if (prev >= 0) succ[static_cast<size_t>(prev)].push_back(s);
     prev = s;
-    for (int out : g.node(steps[static_cast<size_t>(s)].node).outputs)
-      for (int c : g.value(out).consumers) succ[static_cast<size_t>(s)].push_back(pos[static_cast<size_t>(c)]);
+    for (int c : node_succ[static_cast<size_t>(steps[static_cast<size_t>(s)].node)])
+      succ[static_cast<size_t>(s)].push_back(pos[static_cast<size_t>(c)]);
   }
   // Every successor sits later in the order, so one reverse sweep closes the relation.
   for (int s = hb.n - 1; s >= 0; --s) {
@@ -148,7 +159,8 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
   check_types(g);
 
   // Order and streams.
-  const std::vector<int> order = topo_order(g);
+  const std::vector<std::vector<int>> succ = successors(g);
+  const std::vector<int> order = topo_order(g, succ);
   std::vector<int> pos(static_cast<size_t>(g.num_nodes()), -1);
   for (size_t s = 0; s < order.size(); ++s) {
     const Node& node = g.node(order[s]);
@@ -169,6 +181,8 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
     plan.gathers.emplace_back(node.id, std::move(d));
   }
 
+  const HappensBefore hb = happens_before(succ, plan.steps, pos);
+
   // Cross-stream events: one per (producer node, waiting stream), waited before the first consumer on that stream.
   std::set<std::pair<int, int>> have;
   for (const PlanStep& st : plan.steps) {
@@ -177,6 +191,21 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
       if (p < 0 || stream_of(p) == st.stream) continue;
       if (!have.insert({p, static_cast<int>(st.stream)}).second) continue;
       plan.events.push_back({v, p, st.node, stream_of(p), st.stream});
+    }
+    // A control edge needs no event of its own when `p` happens-before another of the node's predecessors, which
+    // the node waits for anyway (the forward GEMM before its own dgrad, say).
+    const Node& node = g.node(st.node);
+    auto implied = [&](int p) {
+      auto before = [&](int q) {
+        return q >= 0 && q != p && hb(pos[static_cast<size_t>(p)], pos[static_cast<size_t>(q)]);
+      };
+      for (int v : node.inputs)
+        if (before(g.value(v).producer)) return true;
+      return std::any_of(node.after.begin(), node.after.end(), before);
+    };
+    for (int p : node.after) {
+      if (stream_of(p) == st.stream || implied(p) || !have.insert({p, static_cast<int>(st.stream)}).second) continue;
+      plan.events.push_back({-1, p, st.node, stream_of(p), st.stream});
     }
   }
 
@@ -204,7 +233,6 @@ Plan plan_graph(const Graph& g, const PlanOptions& options) {
     arena_values.push_back(v.id);
   }
 
-  const HappensBefore hb = happens_before(g, plan.steps, pos);
   // a's every use happens-before b's producer (so b may overwrite a's bytes).
   auto ends_before = [&](int a, int b) {
     const Value& va = g.value(a);

@@ -52,7 +52,7 @@ struct PlannedBuffer {
 // `event` is recorded on the producer's stream after `producer` and waited on by the consumer's stream before
 // `consumer` (the first consumer of `value` on that stream; later ones there are ordered by the stream).
 struct PlannedEvent {
-  int value = -1;
+  int value = -1;                    // -1: a control edge (Node::after), no value
   int producer = -1, consumer = -1;  // node ids
   StreamClass record_on = StreamClass::compute, wait_on = StreamClass::compute;
 };

@@ -65,6 +65,13 @@ bool ParallelLinear::step_weight_into_cache(const OptimizerStep& step, const Str
   return true;
 }
 
+bool ParallelLinear::steps_weight_in_place(const RankContext& ctx, bool adamw) const {
+  if (!q_weight_ || ctx.keep_weight_values) return true;
+  // What optimizer_quantize_supported will find once the cache exists (a cache with images has no fused path).
+  return adamw && ctx.device.is_cuda() && q_weight_->config().format == QuantFormat::fp8_block_2d &&
+         !images_of(q_weight_, ctx.weight_images, ctx);
+}
+
 void ParallelLinear::hold_weight_quantized_only(RankContext& ctx) {
   if (!q_weight_ || ctx.training) return;
   (void)weight_operand(ctx, ctx.stream);

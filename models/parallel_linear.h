@@ -47,6 +47,10 @@ class ParallelLinear : public NodeState {
   // images): the cache is rewritten in place and stays valid, and no model-dtype copy is made for the next forward
   // to quantize. False (nothing done): the caller steps the weight with the others and drops the cache.
   bool step_weight_into_cache(const OptimizerStep& step, const Stream& s);
+  // Whether this weight's optimizer step (AdamW when `adamw`) allocates nothing: its model-dtype copy stays on the
+  // device and is rewritten in place, or step_weight_into_cache writes its quantized copies in place. The training
+  // graph then runs the step apart from the others, as soon as the weight's last reader in the step has run.
+  bool steps_weight_in_place(const RankContext& ctx, bool adamw) const;
   // Makes the quantized weight cache now if the recipe quantizes this weight and the cache is empty (training lets
   // the model-dtype copy go once it is made).
   void quantize_weight(RankContext& ctx, const Stream& s) {

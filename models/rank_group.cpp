@@ -17,7 +17,7 @@ void init_rank_context(RankContext& ctx, const ModelSpec& spec, Communicator& co
 }
 
 void init_rank_resources(RankContext& ctx) {
-  ctx.stream = Stream::create(ctx.device);
+  ctx.stream = Stream::create(ctx.device, StreamPriority::high);  // above the executor's side stream
   ctx.gemm = std::make_unique<GemmContext>(ctx.device);
 }
 

@@ -92,11 +92,7 @@ RankModel::RankModel(const ModelSpec& spec, RankShards shards, RankContext& ctx)
   for_each_linear([&](ParallelLinear& l) { l.hold_weight_quantized_only(ctx_); });
 }
 
-RankParam* RankModel::param(const std::string& name) {
-  for (RankParam& p : params_)
-    if (p.spec->name == name) return &p;
-  TE_THROW("model parameter '" << name << "' is not in the parameter list", "this is a bug in parameter_specs");
-}
+RankParam* RankModel::param(const std::string& name) { return &params_[param_index(name)]; }
 
 void RankModel::update_forward_scales() {
   for_each_linear([&](ParallelLinear& l) { l.update_forward_scales(ctx_); });
@@ -139,17 +135,61 @@ void RankModel::finish_grad_step(const int32_t* skip) {
   for_each_linear([&](ParallelLinear& l) { l.update_backward_scales(ctx_, skip); });
 }
 
-void RankModel::apply_optimizer(const StepControl& control, bool update) {
+namespace {
+OptimizerStep optimizer_step_of(const ModelSpec& spec, const StepControl& control, bool update) {
   const OptimizerKind kind =
-      spec_.run.optimizer.type == OptimizerType::adamw ? OptimizerKind::adamw : OptimizerKind::sgd_momentum;
-  const OptimizerStep step{kind, control.scalars(), control.skip(), update};
+      spec.run.optimizer.type == OptimizerType::adamw ? OptimizerKind::adamw : OptimizerKind::sgd_momentum;
+  return {kind, control.scalars(), control.skip(), update};
+}
+}  // namespace
+
+size_t RankModel::param_index(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].spec->name == name) return i;
+  TE_THROW("model parameter '" << name << "' is not in the parameter list", "this is a bug in parameter_specs");
+}
+
+std::vector<int64_t> RankModel::weights_stepping_apart() const {
+  std::vector<int64_t> apart;
+  const bool adamw = spec_.run.optimizer.type == OptimizerType::adamw;
+  for_each_linear([&](const ParallelLinear& l) {
+    if (l.steps_weight_in_place(ctx_, adamw))
+      apart.push_back(static_cast<int64_t>(param_index(l.params().weight->spec->name)));
+  });
+  return apart;
+}
+
+void RankModel::step_weight(size_t param, const StepControl& control, const Stream& stream) {
+  const OptimizerStep step = optimizer_step_of(spec_, control, true);
+  RankParam& p = params_.at(param);
+  ParallelLinear* owner = nullptr;
+  for_each_linear([&](ParallelLinear& l) {
+    if (l.params().weight == &p) owner = &l;
+  });
+  TE_CHECK(owner != nullptr, "step_weight: " << p.spec->name << " is not a GEMM weight");
+  if (owner->step_weight_into_cache(step, stream)) return;
+  // The plain step: the cache is stale after it. A copy of the weight made on this stream (only where
+  // steps_weight_in_place misjudged the fused path) comes from this stream's blocks, which no other stream reuses.
+  owner->invalidate_weight_cache();
+  if (!p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, stream);
+  const ParamSlot slot{p.master, p.grad, p.state1, p.state2, p.value};
+  optimizer_step(std::span(&slot, 1), step, stream);
+}
+
+void RankModel::apply_optimizer(const StepControl& control, bool update, std::span<const int64_t> apart,
+                                const Stream& stream) {
+  const OptimizerStep step = optimizer_step_of(spec_, control, update);
+  auto stepped_apart = [&](const RankParam* p) {
+    return std::find(apart.begin(), apart.end(), static_cast<int64_t>(p - params_.data())) != apart.end();
+  };
   // Weights whose optimizer step writes their next quantized copies in place (one pass, no model-dtype copy) keep
   // their caches. The other caches are stale after this step and the optimizer does not read them: they go before
   // the fresh model-dtype copies are allocated, so the two never coexist. (A step skipped on the device writes the
   // copies from the unchanged masters: the next forward quantizes the same weights again.)
   std::vector<const RankParam*> stepped;
   for_each_linear([&](ParallelLinear& l) {
-    if (l.step_weight_into_cache(step, ctx_.stream))
+    if (stepped_apart(l.params().weight)) return;
+    if (l.step_weight_into_cache(step, stream))
       stepped.push_back(l.params().weight);
     else if (update)
       l.invalidate_weight_cache();
@@ -157,12 +197,12 @@ void RankModel::apply_optimizer(const StepControl& control, bool update) {
   std::vector<ParamSlot> slots;
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
-    if (std::find(stepped.begin(), stepped.end(), &p) != stepped.end()) continue;
+    if (stepped_apart(&p) || std::find(stepped.begin(), stepped.end(), &p) != stepped.end()) continue;
     // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
-    if (update && !p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, ctx_.stream);
+    if (update && !p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, stream);
     slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});
   }
-  optimizer_step(slots, step, ctx_.stream);
+  optimizer_step(slots, step, stream);
 }
 
 bool RankModel::quantizes_weights() const {

@@ -7,6 +7,8 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "models/parallel_linear.h"
@@ -75,7 +77,15 @@ class RankModel {
   // the gradients).
   void begin_grad_step();
   void finish_grad_step(const int32_t* skip);
-  void apply_optimizer(const StepControl& control, bool update = true);
+  // The optimizer runs in pieces: GEMM weights that step in place (ParallelLinear::steps_weight_in_place) may each
+  // be stepped apart, on any stream, once their gradient is final and nothing else in the step reads them
+  // (step_weight, by parameter index); apply_optimizer steps every other parameter (those in `apart` are left to
+  // step_weight) on `stream`.
+  void step_weight(size_t param, const StepControl& control, const Stream& stream);
+  void apply_optimizer(const StepControl& control, bool update, std::span<const int64_t> apart, const Stream& stream);
+  // Indices of the GEMM weights that may step apart under this model's optimizer.
+  std::vector<int64_t> weights_stepping_apart() const;
+  size_t param_index(const std::string& name) const;
   // Drops every quantized weight cache (the weights have changed where no host code ran: a replayed step).
   void invalidate_weight_caches();
   // Whether any linear's weight is quantized; quantize_weights makes every such cache that is missing (in order).

@@ -1,5 +1,7 @@
 #include "models/train_graph.h"
 
+#include <algorithm>
+
 #include "comm/gather.h"
 #include "engine/allocator.h"
 #include "engine/cuda_graph.h"
@@ -97,10 +99,25 @@ void TrainGraph::build(DType target_dtype) {
   // Under SP replicated parameters (norms, row-parallel biases) saw this rank's tokens only: sum over the group.
   bo.group_size = ctx.gathers() ? ctx.world() : 1;
   const BackwardResult grads = build_backward(graph_, loss[0], bo);
+  const bool update = options_.kind == TrainGraphOptions::Kind::step;
+  // A GEMM weight whose update allocates nothing is stepped on the side stream as soon as its gradient is final and
+  // every node that reads it (its forward GEMM, its dgrad) has run, beside the rest of the backward. The optimizer
+  // node steps the other parameters; it reads every final gradient, so it runs once the backward is done.
+  std::vector<int64_t> apart;
+  const std::vector<int64_t> in_place = update ? model_.weights_stepping_apart() : std::vector<int64_t>{};
   std::vector<int> final_grads;
-  for (const auto& [param, grad] : grads.grads) final_grads.push_back(grad);
-  fb.b.add(train_op(TrainOp::optimizer), final_grads, {{"update", options_.kind == TrainGraphOptions::Kind::step}},
-           "optimizer");
+  for (const auto& [param, grad] : grads.grads) {
+    final_grads.push_back(grad);
+    const std::string name = graph_.value(param).name;
+    const std::vector<int> readers = graph_.value(param).consumers;
+    const auto i = static_cast<int64_t>(model_.param_index(name));
+    if (std::find(in_place.begin(), in_place.end(), i) == in_place.end()) continue;
+    const int node = graph_.num_nodes();
+    fb.b.add(train_op(TrainOp::weight_step), {grad}, {{"param", i}}, name + ".step");
+    for (int reader : readers) fb.b.order_after(node, reader);
+    apart.push_back(i);
+  }
+  fb.b.add(train_op(TrainOp::optimizer), final_grads, {{"update", update}, {"apart", apart}}, "optimizer");
 }
 
 float TrainGraph::run(const Tensor& x, const Tensor& target) {

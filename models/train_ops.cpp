@@ -15,6 +15,7 @@ namespace te {
 static_assert(find_op(kTrainOps, "regather") == &kTrainOps[static_cast<size_t>(TrainOp::regather)]);
 static_assert(find_op(kTrainOps, "optimizer") == &kTrainOps[static_cast<size_t>(TrainOp::optimizer)]);
 static_assert(find_op(kTrainOps, "quantize_weights") == &kTrainOps[static_cast<size_t>(TrainOp::quantize_weights)]);
+static_assert(find_op(kTrainOps, "weight_step") == &kTrainOps[static_cast<size_t>(TrainOp::weight_step)]);
 
 bool train_value_held_by_binding(const Graph& g, const Value& v) {
   if (model_value_held_by_binding(g, v)) return true;
@@ -201,8 +202,14 @@ void run_loss_gate(KernelCall& c) {
 void run_optimizer(KernelCall& c) {
   ModelBinding& b = model_ops::binding(c);
   b.model->finish_grad_step(b.control->skip());
-  b.model->apply_optimizer(*b.control, c.node.attr_or<bool>("update", true));
+  b.model->apply_optimizer(*b.control, c.node.attr_or<bool>("update", true),
+                           c.node.attr_or<std::vector<int64_t>>("apart", {}), c.stream);
   b.model->discard_saved();
+}
+
+void run_weight_step(KernelCall& c) {
+  ModelBinding& b = model_ops::binding(c);
+  b.model->step_weight(static_cast<size_t>(c.node.attr<int64_t>("param")), *b.control, c.stream);
 }
 
 void run_quantize_weights(KernelCall& c) { model_ops::binding(c).model->quantize_weights(train_ctx(c), c.stream); }

@@ -7,7 +7,8 @@
 // the gradient's quantized formats); sharding (string, dgrad: "partial" | "split1" | "same"); own (bool,
 // wgrad_input: the linear's own saved copy from a fused activation); sp (bool, mse_loss: the loss sums over ranks);
 // update_scales (bool, mse_loss, default true: the delayed-scaling update after the forward; false for an eval);
-// update (bool, optimizer, default true: false finishes the gradients and leaves the weights).
+// update (bool, optimizer, default true: false finishes the gradients and leaves the weights); apart (int list,
+// optimizer: the parameters weight_step nodes update); param (int, weight_step: the parameter's index).
 #pragma once
 #include <array>
 #include <initializer_list>
@@ -44,6 +45,7 @@ void backward_mse_loss(BackwardBuilder& bb);
 void run_sum_all_reduce(KernelCall& c);
 void run_loss_gate(KernelCall& c);
 void run_optimizer(KernelCall& c);
+void run_weight_step(KernelCall& c);
 void run_quantize_weights(KernelCall& c);
 }  // namespace train_ops
 
@@ -63,7 +65,8 @@ enum class TrainOp {
   sum_all_reduce,
   loss_gate,
   optimizer,
-  quantize_weights
+  quantize_weights,
+  weight_step
 };
 
 // Inputs → outputs:
@@ -75,9 +78,11 @@ enum class TrainOp {
 //   attention_backward (dout, qkv, out, lse) → dqkv (the forward node's attributes)
 //   sum_all_reduce (t) → t summed over the group, in place   loss_gate (sum, grad) → grad (reads the loss)
 //   optimizer (every final gradient) → nothing: the fp32 masters, optimizer state and model-dtype copies change
+//   weight_step (dW) → nothing: one GEMM weight's update, on the side stream beside the rest of the backward, ordered
+//     after every node that reads the weight (it rewrites the weight's copies in place: GraphBuilder::order_after)
 //   quantize_weights (x: orders it first) → nothing: every linear's quantized weight cache, from its model-dtype
 //     copy, which then goes (the step's first node, so no activation is alive beside both copies of a weight)
-inline constexpr std::array<OpDef, 16> kTrainOps{{
+inline constexpr std::array<OpDef, 17> kTrainOps{{
     {"layernorm_backward", 4, 3, StreamClass::compute, false, train_ops::infer_norm_backward, nullptr,
      train_ops::run_norm_backward},
     {"rmsnorm_backward", 3, 2, StreamClass::compute, false, train_ops::infer_norm_backward, nullptr,
@@ -104,6 +109,7 @@ inline constexpr std::array<OpDef, 16> kTrainOps{{
     {"optimizer", -1, 0, StreamClass::compute, false, train_ops::infer_nothing, nullptr, train_ops::run_optimizer},
     {"quantize_weights", 1, 0, StreamClass::compute, false, train_ops::infer_nothing, nullptr,
      train_ops::run_quantize_weights},
+    {"weight_step", 1, 0, StreamClass::side, false, train_ops::infer_nothing, nullptr, train_ops::run_weight_step},
 }};
 
 inline const OpDef& train_op(TrainOp o) { return kTrainOps[static_cast<size_t>(o)]; }

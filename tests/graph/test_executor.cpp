@@ -192,6 +192,43 @@ TEST(ExecutorStress, RemovingThePlannedEventBreaksTheResult) {
   EXPECT_EQ(wrong_steps(c, broken), 3) << "without the event the consumer reads the buffer before the copy lands";
 }
 
+// The side stream's in-place rewrite of x waits for the slow reader on the compute stream through the control edge's
+// event alone: with it every step reads x before the rewrite, without it the rewrite overtakes the reader.
+TEST(ExecutorStress, ControlEdgeEventKeepsTheRewriteAfterItsReader) {
+  Graph g;
+  GraphBuilder b(g);
+  int x = b.param("x", vt({64}), false);
+  int y = b.add1(op(Op::scale), {x}, {{"alpha", 2.0}, {"sleep_us", int64_t{20000}}}, "slow_reader");
+  b.mark_output(y);
+  const int rewrite = g.num_nodes();
+  b.add(op(Op::negate_in_place), {x}, {}, "rewrite");
+  b.order_after(rewrite, 0);
+  auto wrong_steps = [&](const Plan& plan) {
+    ExecOptions opt;
+    opt.mode = ExecMode::host_threads;
+    Executor ex(g, plan, Device::cpu(), opt);
+    int wrong = 0;
+    for (int step = 0; step < 3; ++step) {
+      Tensor xt = make({64}, DType::f32, 11 + static_cast<uint64_t>(step));
+      const std::vector<double> before = to_doubles(xt);
+      ex.bind(x, xt);
+      ex.run();
+      const std::vector<double> ys = to_doubles(ex.tensor(y)), after = to_doubles(xt);
+      bool ok = true;
+      for (size_t i = 0; i < before.size(); ++i)
+        ok = ok && ys[i] == static_cast<double>(2.0f * static_cast<float>(before[i])) && after[i] == -before[i];
+      wrong += !ok;
+    }
+    return wrong;
+  };
+  Plan plan = plan_graph(g);
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(wrong_steps(plan), 0);
+  Plan broken = plan;
+  broken.events.clear();
+  EXPECT_EQ(wrong_steps(broken), 3) << "without the event the rewrite runs while the reader sleeps";
+}
+
 TEST(HostStream, EventOrdersWorkAcrossStreams) {
   for (bool use_event : {true, false}) {
     HostStream a, b;

@@ -87,6 +87,7 @@ void sleep_random_us(int64_t max_us) {
 }  // namespace
 
 void run_scale(KernelCall& c) {
+  std::this_thread::sleep_for(std::chrono::microseconds(c.node.attr_or<int64_t>("sleep_us", 0)));
   dispatch(c.outputs[0].dtype(), [&](auto z) {
     using T = decltype(z);
     const T a = static_cast<T>(c.node.attr<double>("alpha"));
@@ -208,6 +209,16 @@ void run_slow_copy(KernelCall& c) {
   if (c.node.attr_or<bool>("fixed", false)) std::this_thread::sleep_for(std::chrono::microseconds(us));
   else sleep_random_us(us);
   std::memcpy(c.outputs[0].data_ptr(), c.inputs[0].data_ptr(), static_cast<size_t>(c.inputs[0].nbytes()));
+}
+
+std::vector<ValueType> no_outputs(const Node&, const std::vector<ValueType>&) { return {}; }
+
+void run_negate_in_place(KernelCall& c) {
+  dispatch(c.inputs[0].dtype(), [&](auto z) {
+    using T = decltype(z);
+    T* x = ptr<T>(c.inputs[0]);
+    for (int64_t i = 0; i < c.inputs[0].numel(); ++i) x[i] = -x[i];
+  });
 }
 
 void run_fail(KernelCall& c) { TE_THROW("t_fail kernel of node '" << c.node.name << "' failed on purpose", ""); }

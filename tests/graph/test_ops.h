@@ -56,18 +56,35 @@ void run_gather(KernelCall& c);
 void run_reduce_scatter(KernelCall& c);
 void run_slow_copy(KernelCall& c);
 void run_fail(KernelCall& c);
+void run_negate_in_place(KernelCall& c);
+std::vector<ValueType> no_outputs(const Node&, const std::vector<ValueType>&);
 
-enum class Op { scale, add, mul, matmul, tanh, tanh_grad, sumsq, sumsq_grad, fill, gather, reduce_scatter, slow_copy,
-                fail };
+enum class Op {
+  scale,
+  add,
+  mul,
+  matmul,
+  tanh,
+  tanh_grad,
+  sumsq,
+  sumsq_grad,
+  fill,
+  gather,
+  reduce_scatter,
+  slow_copy,
+  fail,
+  negate_in_place
+};
 
-inline constexpr std::array<OpDef, 13> kTestOps{{
-    {"t_scale", 1, 1, StreamClass::compute, false, same_as_all, scale_bwd, run_scale},           // y = alpha * x
-    {"t_add", 2, 1, StreamClass::compute, false, same_as_all, add_bwd, run_add},                 // y = a + b
-    {"t_mul", 2, 1, StreamClass::compute, false, same_as_all, mul_bwd, run_mul},                 // y = a * b
-    {"t_matmul", 2, 1, StreamClass::compute, false, matmul_type, matmul_bwd, run_matmul},        // op(A) op(B)
-    {"t_tanh", 1, 1, StreamClass::compute, false, same_as_all, tanh_bwd, run_tanh},              // y = tanh x
-    {"t_tanh_grad", 2, 1, StreamClass::compute, false, same_as_all, nullptr, run_tanh_grad},     // dy (1 - y^2)
-    {"t_sumsq", 1, 1, StreamClass::compute, false, scalar_type, sumsq_bwd, run_sumsq},           // [1] sum x^2
+inline constexpr std::array<OpDef, 14> kTestOps{{
+    // y = alpha * x (after sleep_us microseconds, when set)
+    {"t_scale", 1, 1, StreamClass::compute, false, same_as_all, scale_bwd, run_scale},
+    {"t_add", 2, 1, StreamClass::compute, false, same_as_all, add_bwd, run_add},                  // y = a + b
+    {"t_mul", 2, 1, StreamClass::compute, false, same_as_all, mul_bwd, run_mul},                  // y = a * b
+    {"t_matmul", 2, 1, StreamClass::compute, false, matmul_type, matmul_bwd, run_matmul},         // op(A) op(B)
+    {"t_tanh", 1, 1, StreamClass::compute, false, same_as_all, tanh_bwd, run_tanh},               // y = tanh x
+    {"t_tanh_grad", 2, 1, StreamClass::compute, false, same_as_all, nullptr, run_tanh_grad},      // dy (1 - y^2)
+    {"t_sumsq", 1, 1, StreamClass::compute, false, scalar_type, sumsq_bwd, run_sumsq},            // [1] sum x^2
     {"t_sumsq_grad", 2, 1, StreamClass::compute, false, same_as_first, nullptr, run_sumsq_grad},  // (x, dy) 2 x dy
     {"t_fill", 0, 1, StreamClass::compute, false, fill_type_rule, nullptr, run_fill},
     // Fake collectives on the comm stream: every "rank" holds the same shard. Attr world; sleep_us (max random sleep).
@@ -75,6 +92,8 @@ inline constexpr std::array<OpDef, 13> kTestOps{{
     {"t_reduce_scatter", 1, 1, StreamClass::comm, false, reduce_scatter_type, nullptr, run_reduce_scatter},
     {"t_slow_copy", 1, 1, StreamClass::comm, false, same_as_all, nullptr, run_slow_copy},  // sleep_us, fixed
     {"t_fail", 1, 1, StreamClass::compute, false, same_as_all, nullptr, run_fail},         // throws te::Error
+    // x = -x in place, on the side stream: like an optimizer step rewriting a weight other nodes read.
+    {"t_negate_in_place", 1, 0, StreamClass::side, false, no_outputs, nullptr, run_negate_in_place},
 }};
 
 inline const OpDef& op(Op o) { return kTestOps[static_cast<size_t>(o)]; }

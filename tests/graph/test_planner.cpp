@@ -145,6 +145,61 @@ TEST(Planner, OneEventPerProducerAndWaitingStream) {
   EXPECT_EQ(p.events[0].consumer, 1);
 }
 
+// A node that rewrites x in place on the side stream, ordered after x's reader by a control edge: no value connects
+// them, yet the plan orders them and synchronises the two streams, and a cycle through a control edge is refused.
+TEST(Planner, ControlEdgesOrderAndSynchroniseWithoutAValue) {
+  Graph g;
+  GraphBuilder b(g);
+  int x = b.param("x", vt({4}), false);
+  int y = b.add1(op(Op::scale), {x}, {{"alpha", 2.0}}, "reader");
+  const int rewrite = g.num_nodes();
+  b.add(op(Op::negate_in_place), {x}, {}, "rewrite");
+  b.order_after(rewrite, 0);
+  b.mark_output(y);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.steps.size(), 2u);
+  EXPECT_EQ(p.steps[0].node, 0);
+  EXPECT_EQ(p.steps[1].node, rewrite);
+  EXPECT_EQ(p.steps[1].stream, StreamClass::side);
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_EQ(p.events[0].value, -1);
+  EXPECT_EQ(p.events[0].producer, 0);
+  EXPECT_EQ(p.events[0].consumer, rewrite);
+  EXPECT_EQ(p.events[0].wait_on, StreamClass::side);
+  EXPECT_NE(explain(g, p).find("after node 0 'reader'"), std::string::npos) << explain(g, p);
+
+  // Without the edge nothing orders them: the rewrite, built last but ready first, may run before its reader.
+  Graph free_graph;
+  GraphBuilder fb(free_graph);
+  int fx = fb.param("x", vt({4}), false);
+  fb.mark_output(fb.add1(op(Op::scale), {fx}, {{"alpha", 2.0}}, "reader"));
+  fb.add(op(Op::negate_in_place), {fx}, {}, "rewrite");
+  EXPECT_TRUE(plan_graph(free_graph).events.empty());
+
+  b.order_after(0, rewrite);  // the reader after the rewrite too: a cycle
+  EXPECT_THROW(plan_graph(g), Error);
+  EXPECT_THROW(b.order_after(0, 0), Error);
+  EXPECT_THROW(b.order_after(0, 7), Error);
+}
+
+// A control edge whose order another predecessor already implies gets no event: the side node waits for the last
+// reader only.
+TEST(Planner, ImpliedControlEdgesGetNoEvent) {
+  Graph g;
+  GraphBuilder b(g);
+  int x = b.param("x", vt({4}), false);
+  int y = b.add1(op(Op::scale), {x}, {{"alpha", 2.0}}, "first_reader");
+  int z = b.add1(op(Op::add), {x, y}, {}, "second_reader");
+  b.mark_output(z);
+  const int rewrite = g.num_nodes();
+  b.add(op(Op::negate_in_place), {x}, {}, "rewrite");
+  b.order_after(rewrite, 0);
+  b.order_after(rewrite, 1);
+  Plan p = plan_graph(g);
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_EQ(p.events[0].producer, 1);
+}
+
 TEST(Planner, CommNodesAreEnqueuedAsEarlyAsReady) {
   Graph g;
   GraphBuilder b(g);

@@ -193,7 +193,7 @@ float eager_train_step(RankModel& m, const Tensor& x, const Tensor& target, int6
   StepControl control(ctx.device, ctx.stream);  // the scalars where the optimizer reads them; skip stays 0
   control.set_scalars(m.spec().run.optimizer, step, lr);
   control.upload(ctx.stream);
-  m.apply_optimizer(control);
+  m.apply_optimizer(control, true, {}, ctx.stream);
   ctx.stream.synchronize();  // before the control's buffers go
   return loss;
 }
