@@ -1,5 +1,6 @@
-// Memory: a 64-byte-aligned host allocator and a per-device CUDA caching allocator (stream-ordered reuse: a freed
-// block is reused by later allocations on the same stream without synchronisation). Both report current and peak
+// Memory: a 64-byte-aligned host allocator (freed blocks of 4 MiB and more are kept for a request of the same size
+// while the cache holds no more than the bytes in use) and a per-device CUDA caching allocator (stream-ordered reuse: a
+// freed block is reused by later allocations on the same stream without synchronisation). Both report current and peak
 // bytes. Out of memory is a te::Error naming the requested and free bytes.
 #pragma once
 #include <cstddef>
@@ -15,7 +16,7 @@ namespace te {
 struct MemoryStats {
   int64_t current_bytes = 0;  // handed out to tensors now
   int64_t peak_bytes = 0;     // max of current_bytes since the last reset
-  int64_t cached_bytes = 0;   // held by the cache, free for reuse (CUDA only)
+  int64_t cached_bytes = 0;   // held by the cache, free for reuse
   int64_t alloc_calls = 0;    // requests served
   int64_t device_allocs = 0;  // requests that reached cudaMalloc / the system allocator
 };
@@ -28,7 +29,7 @@ void reset_peak_memory(Device device);
 // The live bytes at the last peak (or reset) by MemoryScope label, most first; empty unless memory_trace_enabled()
 // was on while the peak's blocks were allocated (engine/memory_trace.h).
 std::vector<LabelledBytes> memory_at_peak(Device device);
-// Returns cached CUDA blocks to the driver.
+// Returns cached blocks to the driver (CUDA) or the system (host).
 void empty_cache(Device device);
 
 // A private set of CUDA blocks for CUDA-graph capture. While a PoolScope is active on the pool's device, every
