@@ -74,13 +74,15 @@ size_t host_block(size_t bytes) {
   return b < kHostCacheFrom ? b : (b + kHostCacheClass - 1) / kHostCacheClass * kHostCacheClass;
 }
 
+// The cache and the accounting are under the accounting's mutex; the system's allocator is called outside it, so
+// rank threads allocating at once do not wait on each other's malloc.
 void* host_allocate(size_t bytes) {
   const size_t block = host_block(bytes);
   auto& a = host_accounting();
-  std::lock_guard<std::mutex> lock(a.mu);
-  void* p = nullptr;
   HostCache& c = host_cache();
+  void* p = nullptr;
   if (block >= kHostCacheFrom) {
+    std::lock_guard<std::mutex> lock(a.mu);
     auto it = c.free_blocks.find(block);
     if (it != c.free_blocks.end() && !it->second.empty()) {
       p = it->second.back();
@@ -88,16 +90,21 @@ void* host_allocate(size_t bytes) {
       c.cached -= block;
     }
   }
-  if (!p) {
+  const bool from_system = p == nullptr;
+  if (from_system) {
     p = std::aligned_alloc(kHostAlign, block);
-    if (!p && c.cached > 0) {  // the cache's blocks back to the system, then once more
-      c.release_all();
+    if (!p) {  // the cache's blocks back to the system, then once more
+      {
+        std::lock_guard<std::mutex> lock(a.mu);
+        c.release_all();
+      }
       p = std::aligned_alloc(kHostAlign, block);
     }
     if (!p) TE_THROW("host out of memory: requested " << bytes << " bytes", "reduce tokens or model size");
-    ++a.stats.device_allocs;
   }
+  std::lock_guard<std::mutex> lock(a.mu);
   a.on_alloc(p, bytes);
+  if (from_system) ++a.stats.device_allocs;
   a.stats.cached_bytes = static_cast<int64_t>(c.cached);
   return p;
 }
@@ -105,16 +112,20 @@ void* host_allocate(size_t bytes) {
 void host_free(void* ptr, size_t bytes) {
   const size_t block = host_block(bytes);
   auto& a = host_accounting();
-  std::lock_guard<std::mutex> lock(a.mu);
-  a.on_free(ptr, bytes);
   HostCache& c = host_cache();
-  if (block >= kHostCacheFrom && c.cached + block <= static_cast<size_t>(std::max<int64_t>(a.stats.current_bytes, 0))) {
-    c.free_blocks[block].push_back(ptr);
-    c.cached += block;
-  } else {
-    std::free(ptr);
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.on_free(ptr, bytes);
+    const bool keep =
+        block >= kHostCacheFrom && c.cached + block <= static_cast<size_t>(std::max<int64_t>(a.stats.current_bytes, 0));
+    if (keep) {
+      c.free_blocks[block].push_back(ptr);
+      c.cached += block;
+    }
+    a.stats.cached_bytes = static_cast<int64_t>(c.cached);
+    if (keep) return;
   }
-  a.stats.cached_bytes = static_cast<int64_t>(c.cached);
+  std::free(ptr);
 }
 
 #if TE_WITH_CUDA

@@ -165,7 +165,6 @@ std::vector<double> Executor::step_ms() const {
 
 const Stream& Executor::compute_stream() const { return impl_->streams[0]; }
 const Stream& Executor::comm_stream() const { return impl_->streams[1]; }
-const Stream& Executor::side_stream() const { return impl_->streams[2]; }
 
 bool Executor::graph_captured() const { return impl_->graph.captured(); }
 

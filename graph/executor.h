@@ -61,7 +61,6 @@ class Executor {
   std::vector<double> step_ms() const;
   const Stream& compute_stream() const;
   const Stream& comm_stream() const;
-  const Stream& side_stream() const;
   int64_t arena_bytes() const { return plan_.arena_bytes; }
   bool graph_captured() const;  // cuda mode: a CUDA graph is instantiated
 

@@ -159,6 +159,12 @@ std::vector<int64_t> RankModel::weights_stepping_apart() const {
   return apart;
 }
 
+ParamSlot RankModel::updating_slot(RankParam& p, bool update, const Stream& stream) {
+  // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
+  if (update && !p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, stream);
+  return {p.master, p.grad, p.state1, p.state2, p.value};
+}
+
 void RankModel::step_weight(size_t param, const StepControl& control, const Stream& stream) {
   const OptimizerStep step = optimizer_step_of(spec_, control, true);
   RankParam& p = params_.at(param);
@@ -171,8 +177,7 @@ void RankModel::step_weight(size_t param, const StepControl& control, const Stre
   // The plain step: the cache is stale after it. A copy of the weight made on this stream (only where
   // steps_weight_in_place misjudged the fused path) comes from this stream's blocks, which no other stream reuses.
   owner->invalidate_weight_cache();
-  if (!p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, stream);
-  const ParamSlot slot{p.master, p.grad, p.state1, p.state2, p.value};
+  const ParamSlot slot = updating_slot(p, true, stream);
   optimizer_step(std::span(&slot, 1), step, stream);
 }
 
@@ -198,9 +203,7 @@ void RankModel::apply_optimizer(const StepControl& control, bool update, std::sp
   slots.reserve(params_.size());
   for (RankParam& p : params_) {
     if (stepped_apart(&p) || std::find(stepped.begin(), stepped.end(), &p) != stepped.end()) continue;
-    // The model-dtype copy, written in the same pass (a quantized GEMM weight's was released after quantizing).
-    if (update && !p.value.defined()) p.value = Tensor::empty(p.master.shape(), ctx_.dtype, ctx_.device, stream);
-    slots.push_back({p.master, p.grad, p.state1, p.state2, p.value});
+    slots.push_back(updating_slot(p, update, stream));
   }
   optimizer_step(slots, step, stream);
 }

@@ -96,6 +96,8 @@ class RankModel {
 
  private:
   RankParam* param(const std::string& name);
+  // p's optimizer slot; with `update`, a model-dtype copy allocated on `stream` when p has none.
+  ParamSlot updating_slot(RankParam& p, bool update, const Stream& stream);
   // f(ParallelLinear&) for every linear of every layer and branch, in order.
   template <class F>
   void for_each_linear(F&& f) {
